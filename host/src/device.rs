@@ -1,0 +1,358 @@
+//! Device selection, properties, memory, and launches.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut, DriverError, result};
+use flashattn_kernels::params::{FILL_THREADS, FillParams};
+
+use crate::buffer::{DeviceBuffer, Element};
+use crate::error::{DriverContext, Error, Result};
+use crate::ptx::{Kernel, Module, PtxTarget};
+
+/// What tile sizing and reports need to know about a device, read once at [`Device::new`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceProps {
+    /// The ordinal the device was opened with.
+    pub ordinal: usize,
+    /// Marketing name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Number of streaming multiprocessors.
+    pub sm_count: u32,
+    /// Shared memory a block may use after opting in (bytes): the tile budget.
+    pub max_shared_per_block: u32,
+    /// Shared memory per multiprocessor (bytes).
+    pub shared_per_sm: u32,
+    /// L2 cache size (bytes).
+    pub l2_bytes: u64,
+    /// Device memory (bytes).
+    pub total_memory: u64,
+    /// CUDA driver version as the driver reports it (e.g. 13000 for 13.0).
+    pub driver_version: i32,
+    /// Which committed PTX this device runs: "sm_90a" or "sm_80".
+    pub ptx_target: &'static str,
+}
+
+impl std::fmt::Display for DeviceProps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (device {}, compute capability {}.{}, {} SMs, {} KiB shared memory per block, \
+             {} MiB L2, {:.1} GiB memory, driver CUDA {}.{}, PTX {})",
+            self.name,
+            self.ordinal,
+            self.compute_capability.0,
+            self.compute_capability.1,
+            self.sm_count,
+            self.max_shared_per_block / 1024,
+            self.l2_bytes / (1024 * 1024),
+            self.total_memory as f64 / (1u64 << 30) as f64,
+            self.driver_version / 1000,
+            (self.driver_version % 1000) / 10,
+            self.ptx_target
+        )
+    }
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// Blocks in the grid (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_bytes: u32,
+}
+
+/// One CUDA device with the library's kernels loaded and one stream on which all work runs.
+///
+/// Everything is ordered on that stream; methods that return host data synchronize it.
+pub struct Device {
+    // Field order is drop order: the module and stream go before the context.
+    module: Module,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+    props: DeviceProps,
+    /// Per kernel: the dynamic shared-memory limit already raised with the driver.
+    raised_shared: Vec<AtomicU32>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("props", &self.props).finish_non_exhaustive()
+    }
+}
+
+/// Loads the driver and returns the number of devices, without panicking when it is missing.
+fn init_driver() -> Result<usize> {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::NoDriver);
+    }
+    match result::init() {
+        Ok(()) => {}
+        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => return Ok(0),
+        Err(source) => return Err(Error::Driver { context: "initialising the CUDA driver", source }),
+    }
+    let count = result::device::get_count().context("counting CUDA devices")?;
+    Ok(count.max(0) as usize)
+}
+
+impl Device {
+    /// Number of CUDA devices; `Err(Error::NoDriver)` when no driver is installed.
+    pub fn count() -> Result<usize> {
+        init_driver()
+    }
+
+    /// Opens device `ordinal`, loads the PTX that matches it (sm_90a on compute capability 9.0,
+    /// sm_80 on other 8.x and later) and creates the stream all work runs on.
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let count = init_driver()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).context("creating the CUDA context")?;
+        // One stream, ordered by construction: cudarc's per-buffer event tracking would only
+        // add work to every launch.
+        // SAFETY: no buffer exists yet; all work of this Device runs on its one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let attr = |a: Attr| ctx.attribute(a).context("reading a device attribute");
+        let name = ctx.name().context("reading the device name")?;
+        let major = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let Some(target) = PtxTarget::for_compute_capability(major, minor) else {
+            return Err(Error::UnsupportedDevice { ordinal, name, major, minor });
+        };
+        let mut driver_version = 0;
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) }
+            .result()
+            .context("reading the driver version")?;
+        let props = DeviceProps {
+            ordinal,
+            name,
+            compute_capability: (major, minor),
+            sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            max_shared_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+            shared_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+            l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+            total_memory: ctx.total_mem().context("reading the memory size")? as u64,
+            driver_version,
+            ptx_target: target.name(),
+        };
+        let stream = ctx.new_stream().context("creating a stream")?;
+        let module = Module::load(target)?;
+        let raised_shared = Kernel::ALL.iter().map(|_| AtomicU32::new(0)).collect();
+        Ok(Device { module, stream, ctx, props, raised_shared })
+    }
+
+    /// The device's properties.
+    pub fn props(&self) -> &DeviceProps {
+        &self.props
+    }
+
+    /// The stream all of this device's work is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Makes this device's context current on the calling thread (needed before raw driver
+    /// calls; the safe methods do it themselves).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().context("binding the CUDA context to this thread")
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory_info(&self) -> Result<(u64, u64)> {
+        let (free, total) = self.ctx.mem_get_info().context("reading free memory")?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Waits until all work queued on this device's stream has finished, and reports any error
+    /// a kernel raised while running.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|source| Error::Driver {
+            context: "waiting for queued GPU work (a kernel may have failed)",
+            source,
+        })
+    }
+
+    /// Turns an allocation failure into [`Error::OutOfMemory`] with the numbers a user needs.
+    pub(crate) fn alloc_error(&self, source: DriverError, what: String, requested: u64) -> Error {
+        if source.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            let (free, total) = self.memory_info().unwrap_or((0, self.props.total_memory));
+            Error::OutOfMemory {
+                what,
+                requested,
+                requested_gib: requested as f64 / (1u64 << 30) as f64,
+                free,
+                total,
+            }
+        } else {
+            Error::Driver { context: "allocating device memory", source }
+        }
+    }
+
+    /// Allocates `len` elements without initialising them (their bits are whatever the memory
+    /// held; every bit pattern is a valid float).
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let requested = (len as u64).saturating_mul(size_of::<T>() as u64);
+        let what = || format!("a buffer of {len} {} elements", T::DTYPE);
+        if requested > self.props.total_memory {
+            return Err(self.alloc_error(
+                DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+                what(),
+                requested,
+            ));
+        }
+        // A zero-length buffer keeps one element of storage, so that its address is valid.
+        // SAFETY: `Element` types are floats, valid for any bit pattern.
+        let slice = unsafe { self.stream.alloc::<T>(len.max(1)) }
+            .map_err(|e| self.alloc_error(e, what(), requested))?;
+        Ok(DeviceBuffer { slice, len })
+    }
+
+    /// Allocates `len` elements set to zero.
+    pub fn alloc_zeros<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let mut buf = self.alloc::<T>(len)?;
+        if len > 0 {
+            self.stream.memset_zeros(&mut buf.slice).context("zeroing a buffer")?;
+        }
+        Ok(buf)
+    }
+
+    /// Copies a host slice into a new device buffer.
+    pub fn upload<T: Element>(&self, host: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut buf = self.alloc::<T>(host.len())?;
+        self.copy_to_device(host, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Copies a host slice into an existing buffer of the same length.
+    pub fn copy_to_device<T: Element>(&self, host: &[T], dst: &mut DeviceBuffer<T>) -> Result<()> {
+        if host.len() != dst.len() {
+            return Err(Error::LengthMismatch {
+                what: "copy to device",
+                host: host.len(),
+                device: dst.len(),
+            });
+        }
+        if !host.is_empty() {
+            let mut view = dst.slice.slice_mut(0..dst.len);
+            self.stream.memcpy_htod(host, &mut view).context("copying to the device")?;
+        }
+        Ok(())
+    }
+
+    /// Copies a device buffer into a new host vector (waits for queued work first).
+    pub fn download<T: Element>(&self, src: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        let mut host = vec![T::default(); src.len()];
+        self.copy_to_host(src, &mut host)?;
+        Ok(host)
+    }
+
+    /// Copies a device buffer into a host slice of the same length (waits for queued work first).
+    pub fn copy_to_host<T: Element>(&self, src: &DeviceBuffer<T>, host: &mut [T]) -> Result<()> {
+        if host.len() != src.len() {
+            return Err(Error::LengthMismatch { what: "copy to host", host: host.len(), device: src.len() });
+        }
+        if !host.is_empty() {
+            let view = src.slice.slice(0..src.len);
+            self.stream.memcpy_dtoh(&view, host).context("copying to the host")?;
+        }
+        self.synchronize()
+    }
+
+    /// Writes NaN to every element: the poison the tests put in outputs before each launch, so
+    /// that an element a kernel failed to write cannot pass as correct.
+    pub fn fill_nan<T: Element>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
+        self.fill_bits(buf, T::NAN_BITS)
+    }
+
+    /// Writes one bit pattern (the low 16 bits for 16-bit types) to every element.
+    pub fn fill_bits<T: Element>(&self, buf: &mut DeviceBuffer<T>, bits: u32) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len() as u64;
+        let (ptr, _sync) = buf.slice.device_ptr_mut(&self.stream);
+        let params = FillParams { ptr, len, value: bits, _pad: 0 };
+        let kernel = if size_of::<T>() == 2 { Kernel::FillU16 } else { Kernel::FillU32 };
+        let blocks = len.div_ceil(FILL_THREADS as u64).min(self.props.sm_count as u64 * 8) as u32;
+        let shape = LaunchShape { grid: (blocks, 1, 1), block: (FILL_THREADS, 1, 1), shared_bytes: 0 };
+        // SAFETY: `params` is the kernel's parameter struct; ptr/len describe `buf`.
+        unsafe { self.launch(kernel, shape, &params) }
+    }
+
+    /// Launches `kernel` on this device's stream with `params` as its single by-value parameter.
+    ///
+    /// Shared memory above the default 48 KiB is enabled for the kernel first; a request above
+    /// the device's limit is [`Error::SharedMemoryExceeded`], and a launch the driver refuses
+    /// (say, too many threads per block) is [`Error::Launch`]. Errors raised while the kernel
+    /// runs surface at the next [`Device::synchronize`].
+    ///
+    /// # Safety
+    /// `P` must be the `#[repr(C)]` parameter struct that `kernel` takes, and every device
+    /// address in it must be valid for the accesses the kernel makes with this shape.
+    pub unsafe fn launch<P: Copy>(&self, kernel: Kernel, shape: LaunchShape, params: &P) -> Result<()> {
+        self.bind()?;
+        let f = self.module.function(kernel);
+        let name = kernel.name();
+        let mut static_shared = 0;
+        // SAFETY: valid function handle and out-pointer.
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut static_shared,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                f,
+            )
+        }
+        .result()
+        .context("reading a kernel's static shared memory")?;
+        let requested = shape.shared_bytes.saturating_add(static_shared.max(0) as u32);
+        let limit = self.props.max_shared_per_block;
+        if requested > limit {
+            return Err(Error::SharedMemoryExceeded { kernel: name, requested, limit });
+        }
+        let raised = &self.raised_shared[kernel.index()];
+        if shape.shared_bytes > raised.load(Ordering::Relaxed) {
+            // SAFETY: valid function handle; the value was checked against the device's limit.
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shape.shared_bytes as i32,
+                )
+            }
+            .result()
+            .map_err(|source| Error::Launch { kernel: name, source })?;
+            raised.fetch_max(shape.shared_bytes, Ordering::Relaxed);
+        }
+        let mut args = [params as *const P as *mut c_void];
+        // SAFETY: the caller guarantees `params` matches the kernel; the pointer outlives the
+        // call (the driver copies parameters at launch).
+        unsafe {
+            result::launch_kernel(
+                f,
+                shape.grid,
+                shape.block,
+                shape.shared_bytes,
+                self.stream.cu_stream(),
+                &mut args,
+            )
+        }
+        .map_err(|source| Error::Launch { kernel: name, source })
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // The module is unloaded right after this, in the device's context.
+        let _ = self.ctx.bind_to_thread();
+    }
+}

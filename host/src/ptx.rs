@@ -1,0 +1,159 @@
+//! The committed PTX, the kernels in it, and the module that loads it onto a device.
+//!
+//! `cargo xtask ptx` writes `ptx/flashattn_sm80.ptx` (Ampere and later, through the driver's JIT)
+//! and `ptx/flashattn_sm90a.ptx` (Hopper's own instructions; loads only on compute capability
+//! 9.0). The matching one is loaded once per [`crate::Device`].
+
+use std::ffi::{CStr, CString, c_void};
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+
+/// PTX for `sm_80` (runs on compute capability 8.0 and later through the driver's JIT).
+pub(crate) const PTX_SM80: &str = include_str!("../ptx/flashattn_sm80.ptx");
+/// PTX for `sm_90a` (compute capability 9.0 exactly: H100, H200).
+pub(crate) const PTX_SM90A: &str = include_str!("../ptx/flashattn_sm90a.ptx");
+
+/// Which PTX a device gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PtxTarget {
+    Sm80,
+    Sm90a,
+}
+
+impl PtxTarget {
+    /// The PTX for a compute capability; `None` below 8.0.
+    pub(crate) fn for_compute_capability(major: i32, minor: i32) -> Option<PtxTarget> {
+        match (major, minor) {
+            (9, 0) => Some(PtxTarget::Sm90a),
+            (m, _) if m >= 8 => Some(PtxTarget::Sm80),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            PtxTarget::Sm80 => PTX_SM80,
+            PtxTarget::Sm90a => PTX_SM90A,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PtxTarget::Sm80 => "sm_80",
+            PtxTarget::Sm90a => "sm_90a",
+        }
+    }
+}
+
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// A kernel entry point of the committed PTX.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Kernel {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Kernel {
+            /// Every kernel, in declaration order.
+            pub const ALL: &'static [Kernel] = &[$(Kernel::$variant,)*];
+
+            /// The entry name in the PTX.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Kernel::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+kernels! {
+    /// Fill 16-bit words with one pattern (`FillParams`).
+    FillU16 => "fill_u16",
+    /// Fill 32-bit words with one pattern (`FillParams`).
+    FillU32 => "fill_u32",
+}
+
+impl Kernel {
+    pub(crate) fn index(self) -> usize {
+        Kernel::ALL.iter().position(|&k| k == self).unwrap_or(0)
+    }
+}
+
+/// A loaded PTX module and its functions.
+pub(crate) struct Module {
+    module: sys::CUmodule,
+    functions: Vec<sys::CUfunction>,
+}
+
+// SAFETY: module and function handles are plain driver handles, valid from any thread once the
+// owning context is current; `Device` binds its context before every use.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads `target`'s PTX into the current context (JIT-compiling it) and resolves every kernel.
+    pub(crate) fn load(target: PtxTarget) -> Result<Module> {
+        const LOG_BYTES: usize = 16 * 1024;
+        let mut log = vec![0u8; LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), LOG_BYTES as *mut c_void];
+        let src = CString::new(target.source()).map_err(|_| Error::Driver {
+            context: "loading the PTX module (the embedded PTX contains a NUL byte)",
+            source: cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX),
+        })?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, NUL-terminated image, option arrays of equal length.
+        let rc = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut module,
+                src.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            let text = CStr::from_bytes_until_nul(&log)
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Err(Error::ModuleLoad {
+                target: target.name(),
+                source: cudarc::driver::DriverError(rc),
+                log: text,
+            });
+        }
+        let mut loaded = Module { module, functions: Vec::new() };
+        for kernel in Kernel::ALL {
+            let name = CString::new(kernel.name()).unwrap_or_default();
+            let mut f: sys::CUfunction = std::ptr::null_mut();
+            // SAFETY: valid module handle and out-pointer.
+            let rc = unsafe { sys::cuModuleGetFunction(&mut f, loaded.module, name.as_ptr()) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::MissingKernel { kernel: kernel.name(), target: target.name() });
+            }
+            loaded.functions.push(f);
+        }
+        Ok(loaded)
+    }
+
+    pub(crate) fn function(&self, kernel: Kernel) -> sys::CUfunction {
+        self.functions[kernel.index()]
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cuModuleLoadDataEx and is unloaded once. The owning
+        // `Device` keeps its context alive (and current) longer than this module.
+        unsafe {
+            let _ = sys::cuModuleUnload(self.module);
+        }
+    }
+}

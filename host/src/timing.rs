@@ -1,0 +1,40 @@
+//! Timing GPU work with CUDA events.
+
+use cudarc::driver::{CudaEvent, sys};
+
+use crate::device::Device;
+use crate::error::{DriverContext, Result};
+
+/// A pair of CUDA events with timing enabled: `start`, queue work, `stop`, then
+/// [`GpuTimer::elapsed_ms`] gives the GPU time between the two marks on the device's stream.
+pub struct GpuTimer {
+    start: CudaEvent,
+    stop: CudaEvent,
+}
+
+impl GpuTimer {
+    /// Creates the two events on `device`.
+    pub fn new(device: &Device) -> Result<GpuTimer> {
+        let ctx = device.stream().context();
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(GpuTimer {
+            start: ctx.new_event(flags).context("creating a timing event")?,
+            stop: ctx.new_event(flags).context("creating a timing event")?,
+        })
+    }
+
+    /// Marks the start on the device's stream.
+    pub fn start(&self, device: &Device) -> Result<()> {
+        self.start.record(device.stream()).context("recording a timing event")
+    }
+
+    /// Marks the end on the device's stream.
+    pub fn stop(&self, device: &Device) -> Result<()> {
+        self.stop.record(device.stream()).context("recording a timing event")
+    }
+
+    /// Milliseconds between the two marks (waits for the second one).
+    pub fn elapsed_ms(&self) -> Result<f32> {
+        self.start.elapsed_ms(&self.stop).context("reading a timing event")
+    }
+}

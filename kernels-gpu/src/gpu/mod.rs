@@ -1,0 +1,14 @@
+//! Everything that exists only on the GPU: the kernels and the thin wrappers over PTX
+//! instructions that they are written with.
+
+pub mod arch;
+mod fill;
+
+/// A panic inside a kernel aborts the launch: the host sees `CUDA_ERROR_ILLEGAL_INSTRUCTION`
+/// (trap) as a launch error. The kernels are written so that no panic path is reachable
+/// (no slice indexing, no unwrap), which the PTX shows as the absence of `trap` calls.
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` aborts the kernel; nothing runs after it.
+    unsafe { core::arch::nvptx::trap() }
+}

@@ -1,0 +1,48 @@
+//! The GPU test suite. Run by `cargo test` like any test target; without a GPU every test is
+//! listed as ignored (skipped) with the reason printed once, never as passed.
+//! `FLASHATTN_REQUIRE_GPU=1` turns a missing GPU into a failure (the bundle sets it).
+//! `FLASHATTN_TEST_SMALL=1` shrinks shapes (for compute-sanitizer runs).
+
+mod runtime;
+
+use std::sync::Arc;
+
+use flashattn::Device;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// A GPU test body: gets the shared device; `Err` carries the failure message.
+pub type GpuTest = fn(&Device) -> Result<(), String>;
+
+fn main() {
+    let args = Arguments::from_args();
+    let require = std::env::var("FLASHATTN_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let device = match Device::new(0) {
+        Ok(d) => {
+            eprintln!("GPU tests on {}", d.props());
+            Ok(Arc::new(d))
+        }
+        Err(e) if require => {
+            eprintln!("FLASHATTN_REQUIRE_GPU=1 but no usable GPU: {e}");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("GPU tests skipped (shown as ignored): {e}");
+            Err(e.to_string())
+        }
+    };
+    let tests: Vec<(&'static str, GpuTest)> = runtime::TESTS.to_vec();
+    let trials = tests
+        .into_iter()
+        .map(|(name, body)| match &device {
+            Ok(dev) => {
+                let dev = Arc::clone(dev);
+                Trial::test(name, move || body(&dev).map_err(Failed::from))
+            }
+            Err(why) => {
+                let why = why.clone();
+                Trial::test(name, move || Err(Failed::from(format!("no GPU: {why}")))).with_ignored_flag(true)
+            }
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}

@@ -1,0 +1,118 @@
+//! `cargo xtask bundle`: release executables and a script, for a GPU machine without Rust.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::util::{Result, cargo, root};
+
+/// The script written into the bundle. Subcommands: `test` (default), `sanitize`, `bench`.
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
+#   ./run.sh test [ARGS]     every test executable; GPU tests must run (FLASHATTN_REQUIRE_GPU=1)
+#   ./run.sh sanitize        the GPU tests on small shapes under compute-sanitizer memcheck and racecheck
+#   ./run.sh bench [ARGS]    the benchmark executable
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export FLASHATTN_REQUIRE_GPU=1
+cmd="${1:-test}"; shift || true
+case "$cmd" in
+  test)
+    status=0
+    for t in "$here"/tests/*; do
+      echo "== $(basename "$t")"
+      "$t" "$@" || status=1
+    done
+    exit $status ;;
+  sanitize)
+    export FLASHATTN_TEST_SMALL=1
+    status=0
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool"
+      compute-sanitizer --tool "$tool" --error-exitcode 97 "$here/tests/gpu" --test-threads 1 "$@" || status=1
+    done
+    exit $status ;;
+  bench)
+    exec "$here/bin/flashattn-bench" "$@" ;;
+  *) echo "unknown command $cmd (test, sanitize, bench)"; exit 2 ;;
+esac
+"#;
+
+/// The release binaries the bundle carries besides the test executables.
+const BINARIES: &[&str] = &["flashattn-bench"];
+
+/// One executable that cargo reported building.
+struct Artifact {
+    name: String,
+    path: String,
+    is_test: bool,
+}
+
+fn build_artifacts() -> Result<Vec<Artifact>> {
+    let out = cargo()
+        .current_dir(root())
+        .args(["test", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("release build of the test executables failed".into());
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(path) = msg["executable"].as_str() else { continue };
+        let is_test = msg["profile"]["test"].as_bool().unwrap_or(false);
+        let name = msg["target"]["name"].as_str().unwrap_or_default().to_string();
+        found.push(Artifact { name, path: path.to_string(), is_test });
+    }
+    Ok(found)
+}
+
+/// `cargo xtask bundle`.
+pub fn bundle(out: &Path) -> Result<()> {
+    let out = if out.is_absolute() { out.to_path_buf() } else { root().join(out) };
+    let artifacts = build_artifacts()?;
+    let bin_build = cargo()
+        .current_dir(root())
+        .args(["build", "--release", "--workspace", "--bins"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !bin_build.success() {
+        return Err("release build of the binaries failed".into());
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    for sub in ["tests", "bin"] {
+        std::fs::create_dir_all(out.join(sub)).map_err(|e| e.to_string())?;
+    }
+    let mut listed = Vec::new();
+    for a in artifacts.iter().filter(|a| a.is_test) {
+        // Unit tests of libraries are named after their crate; integration tests after their file.
+        let dest = out.join("tests").join(&a.name);
+        std::fs::copy(&a.path, &dest).map_err(|e| format!("copying {}: {e}", a.path))?;
+        listed.push(format!("tests/{}", a.name));
+    }
+    let release = root().join("target/release");
+    for &bin in BINARIES {
+        let src = release.join(bin);
+        if src.is_file() {
+            std::fs::copy(&src, out.join("bin").join(bin)).map_err(|e| e.to_string())?;
+            listed.push(format!("bin/{bin}"));
+        }
+    }
+    let script = out.join("run.sh");
+    std::fs::write(&script, RUN_SH).map_err(|e| e.to_string())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755));
+    }
+    println!("bundle: {} with {}", out.display(), listed.join(", "));
+    println!(
+        "bundle: on the GPU machine run `{}/run.sh test`",
+        out.file_name().unwrap_or_default().to_string_lossy()
+    );
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! `cargo xtask`: the project's build tasks, one module each.
+//!
+//! - `cargo xtask setup`: find or install the kernel toolchain (and `ptxas` for reports).
+//! - `cargo xtask ptx [--check]`: build the kernels to PTX into `host/ptx/`, or check that the
+//!   committed PTX is fresh.
+//! - `cargo xtask bundle`: release builds of the test and bench executables plus a script, to
+//!   run the GPU suite on a machine without a Rust toolchain.
+
+mod bundle;
+mod ptx;
+mod ptxas;
+mod toolchain;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "flashattn's build tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Find or install the kernel toolchain (nightly-capable rustc with the nvptx64 target, core's
+    /// sources, llvm-bitcode-linker) and ptxas, and say what was found or done.
+    Setup {
+        /// Only report; install nothing.
+        #[arg(long)]
+        no_install: bool,
+    },
+    /// Compile `kernels-gpu` to PTX for sm_80 and sm_90a into `host/ptx/`, with a manifest and,
+    /// when ptxas is found, a register/spill/shared-memory report.
+    Ptx {
+        /// Check that the committed PTX matches the kernel sources instead of writing it: by the
+        /// source hash, and by rebuilding and comparing bytes when the recorded compiler is here.
+        #[arg(long)]
+        check: bool,
+        /// Do not fail when ptxas reports spills.
+        #[arg(long)]
+        allow_spills: bool,
+    },
+    /// Build release test and bench executables into a folder with a `run.sh`, for a GPU machine
+    /// without a Rust toolchain.
+    Bundle {
+        /// Output folder (replaced).
+        #[arg(long, default_value = "bundle")]
+        out: std::path::PathBuf,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup { no_install } => toolchain::setup(!no_install),
+        Task::Ptx { check: true, .. } => ptx::check(),
+        Task::Ptx { check: false, allow_spills } => ptx::build(allow_spills),
+        Task::Bundle { out } => bundle::bundle(&out),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
