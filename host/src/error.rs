@@ -110,6 +110,10 @@ pub enum Error {
         target: &'static str,
     },
 
+    /// The inputs or options of a call are inconsistent; nothing was run or written.
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] InvalidInput),
+
     /// A host↔device length mismatch in a copy.
     #[error("{what}: the host slice has {host} elements but the device buffer has {device}")]
     LengthMismatch {
@@ -141,4 +145,127 @@ impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
     fn context(self, context: &'static str) -> Result<T> {
         self.map_err(|source| Error::Driver { context, source })
     }
+}
+
+/// Why an attention call's inputs were refused. Every path checks the same things, before any
+/// work and before anything is written.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// Head dimension outside 1..=256.
+    #[error("head_dim is {head_dim}; supported head dimensions are 1..=256")]
+    HeadDim {
+        /// The value given.
+        head_dim: usize,
+    },
+    /// A tensor's extent disagrees with the others.
+    #[error("{tensor}.{what} is {actual}, expected {expected} to match the other tensors")]
+    ShapeMismatch {
+        /// Which extent.
+        what: &'static str,
+        /// Which tensor (q, k, v, o, lse).
+        tensor: &'static str,
+        /// What it should be.
+        expected: usize,
+        /// What it is.
+        actual: usize,
+    },
+    /// Q heads are not a multiple of K/V heads (grouped-query attention needs whole groups).
+    #[error("q has {q_heads} heads and k/v {kv_heads}: q heads must be a positive multiple of k/v heads")]
+    HeadGroups {
+        /// Query heads.
+        q_heads: usize,
+        /// Key/value heads.
+        kv_heads: usize,
+    },
+    /// A buffer is shorter than its layout needs.
+    #[error("{tensor} needs {needed} elements for its shape and strides, but its buffer holds {len}")]
+    BufferTooSmall {
+        /// Which tensor.
+        tensor: &'static str,
+        /// Elements the layout addresses.
+        needed: usize,
+        /// Elements in the buffer.
+        len: usize,
+    },
+    /// A layout's extent overflows `usize`.
+    #[error("{tensor}'s shape and strides overflow the address range")]
+    LayoutOverflow {
+        /// Which tensor.
+        tensor: &'static str,
+    },
+    /// The softmax scale is not a positive finite number.
+    #[error("softmax scale is {scale}; it must be finite and positive")]
+    Scale {
+        /// The value given.
+        scale: f32,
+    },
+    /// Variable-length input must be packed with batch 1.
+    #[error("variable-length input must be packed along the token axis with batch 1, got batch {batch}")]
+    VarLenBatch {
+        /// The batch given.
+        batch: usize,
+    },
+    /// cu_seqlens_q and cu_seqlens_k differ in length, or are empty.
+    #[error("cu_seqlens_q has {q} entries and cu_seqlens_k {k}: both need batch + 1 ≥ 1 entries")]
+    VarLenCounts {
+        /// Entries of cu_seqlens_q.
+        q: usize,
+        /// Entries of cu_seqlens_k.
+        k: usize,
+    },
+    /// An offset is not monotone (or the first is not 0).
+    #[error(
+        "cu_seqlens_{tensor}[{index}] is {value}, but offsets must start at 0 and never decrease (previous: {limit})"
+    )]
+    VarLenOffsets {
+        /// q or k.
+        tensor: &'static str,
+        /// Position of the bad offset.
+        index: usize,
+        /// Its value.
+        value: usize,
+        /// The value it must not fall below (the previous offset), or 0 for the first.
+        limit: usize,
+    },
+    /// The last offset exceeds the packed tokens.
+    #[error("cu_seqlens_{tensor} ends at {last}, beyond the {tokens} packed tokens of {tensor}")]
+    VarLenTotal {
+        /// q or k.
+        tensor: &'static str,
+        /// The last offset.
+        last: usize,
+        /// Tokens in the packed tensor.
+        tokens: usize,
+    },
+    /// The log-sum-exp output is too short.
+    #[error("the lse output needs {needed} elements (batch × heads × seqlen_q), but holds {len}")]
+    LseTooSmall {
+        /// Elements needed.
+        needed: usize,
+        /// Elements given.
+        len: usize,
+    },
+    /// A tile-size override the chosen kernel cannot run.
+    #[error(
+        "tile override block_m={block_m:?}, block_n={block_n:?} is not valid for the {method} kernel: {why}"
+    )]
+    Tiles {
+        /// Kernel family.
+        method: &'static str,
+        /// block_m asked for.
+        block_m: Option<usize>,
+        /// block_n asked for.
+        block_n: Option<usize>,
+        /// What is allowed.
+        why: String,
+    },
+    /// The method cannot run this problem (e.g. the tensor-core kernel with f32 or an untuned head dim).
+    #[error("method {method} does not support {why}")]
+    Unsupported {
+        /// The method asked for.
+        method: &'static str,
+        /// What it lacks.
+        why: String,
+    },
 }

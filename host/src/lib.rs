@@ -14,15 +14,20 @@
 //! # Ok::<(), flashattn::Error>(())
 //! ```
 
+mod attention;
 mod buffer;
+pub mod cpu;
 mod device;
 mod error;
+mod problem;
 mod ptx;
 mod timing;
 
+pub use attention::{DeviceTensor, DeviceTensorMut, Plan};
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps, LaunchShape};
-pub use error::{Error, Result};
+pub use error::{Error, InvalidInput, Result};
+pub use problem::{AttentionOptions, Layout, MAX_HEAD_DIM, Method, Problem, Sequence, Tiles, VarLen};
 pub use ptx::Kernel;
 pub use timing::GpuTimer;
 

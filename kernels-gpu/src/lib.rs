@@ -15,6 +15,7 @@ extern crate std;
 
 pub mod math;
 pub mod params;
+pub mod softmax;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod gpu;

@@ -1,0 +1,425 @@
+//! What an attention call computes, independent of where the data lives: tensor layouts,
+//! options, and the validation that every path (CPU, GPU flash, GPU standard) shares.
+
+use crate::error::InvalidInput;
+
+/// Largest supported head dimension.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Shape and strides of a Q, K, V or O tensor, addressed as `(batch, seqlen, heads, head_dim)`.
+///
+/// Strides are in elements; the head dimension is always contiguous (stride 1). The memory
+/// order is free: [`Layout::bshd`] is `(batch, seqlen, heads, head_dim)` in memory (the
+/// FlashAttention convention), [`Layout::bhsd`] is `(batch, heads, seqlen, head_dim)` in memory
+/// (PyTorch's `scaled_dot_product_attention` convention): both work without a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// Batch entries (1 for packed variable-length input).
+    pub batch: usize,
+    /// Tokens per batch entry (the total token count for packed variable-length input).
+    pub seqlen: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Head dimension `d`, 1..=256.
+    pub head_dim: usize,
+    /// Elements between consecutive batch entries.
+    pub batch_stride: usize,
+    /// Elements between consecutive tokens.
+    pub seq_stride: usize,
+    /// Elements between consecutive heads.
+    pub head_stride: usize,
+}
+
+impl Layout {
+    /// Contiguous `(batch, seqlen, heads, head_dim)` memory order.
+    pub const fn bshd(batch: usize, seqlen: usize, heads: usize, head_dim: usize) -> Layout {
+        Layout {
+            batch,
+            seqlen,
+            heads,
+            head_dim,
+            batch_stride: seqlen * heads * head_dim,
+            seq_stride: heads * head_dim,
+            head_stride: head_dim,
+        }
+    }
+
+    /// Contiguous `(batch, heads, seqlen, head_dim)` memory order, addressed as
+    /// `(batch, seqlen, heads, head_dim)` like every layout.
+    pub const fn bhsd(batch: usize, seqlen: usize, heads: usize, head_dim: usize) -> Layout {
+        Layout {
+            batch,
+            seqlen,
+            heads,
+            head_dim,
+            batch_stride: heads * seqlen * head_dim,
+            seq_stride: head_dim,
+            head_stride: seqlen * head_dim,
+        }
+    }
+
+    /// Variable-length sequences packed along the token axis: `(total_tokens, heads, head_dim)`.
+    pub const fn packed(total_tokens: usize, heads: usize, head_dim: usize) -> Layout {
+        Layout::bshd(1, total_tokens, heads, head_dim)
+    }
+
+    /// Element offset of `(b, s, h, 0)`.
+    #[inline]
+    pub const fn offset(&self, b: usize, s: usize, h: usize) -> usize {
+        b * self.batch_stride + s * self.seq_stride + h * self.head_stride
+    }
+
+    /// Elements a buffer must hold for this layout (0 when any extent is 0); `None` on overflow.
+    pub fn required_len(&self) -> Option<usize> {
+        if self.batch == 0 || self.seqlen == 0 || self.heads == 0 || self.head_dim == 0 {
+            return Some(0);
+        }
+        let last = (self.batch - 1)
+            .checked_mul(self.batch_stride)?
+            .checked_add((self.seqlen - 1).checked_mul(self.seq_stride)?)?
+            .checked_add((self.heads - 1).checked_mul(self.head_stride)?)?;
+        last.checked_add(self.head_dim)
+    }
+
+    /// Whether the `(batch, heads)` pairs are one uniform stride apart (`batch_stride ==
+    /// heads·head_stride`), so that one strided-batched GEMM covers them.
+    pub const fn heads_uniform_across_batch(&self) -> bool {
+        self.batch <= 1 || self.batch_stride == self.heads * self.head_stride
+    }
+}
+
+/// Variable-length batch: cumulative token offsets into packed Q and K/V (FlashAttention's
+/// `cu_seqlens`). Sequence `i` holds query tokens `q[i]..q[i+1]` and key tokens `k[i]..k[i+1]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VarLen {
+    /// `batch + 1` non-decreasing query offsets starting at 0.
+    pub cu_seqlens_q: Vec<u32>,
+    /// `batch + 1` non-decreasing key/value offsets starting at 0.
+    pub cu_seqlens_k: Vec<u32>,
+}
+
+impl VarLen {
+    /// From per-sequence lengths.
+    pub fn from_lengths(q_lens: &[u32], k_lens: &[u32]) -> VarLen {
+        let cum = |lens: &[u32]| {
+            let mut v = Vec::with_capacity(lens.len() + 1);
+            v.push(0u32);
+            let mut acc = 0u32;
+            for &l in lens {
+                acc = acc.saturating_add(l);
+                v.push(acc);
+            }
+            v
+        };
+        VarLen { cu_seqlens_q: cum(q_lens), cu_seqlens_k: cum(k_lens) }
+    }
+
+    /// Number of sequences.
+    pub fn batch(&self) -> usize {
+        self.cu_seqlens_q.len().saturating_sub(1)
+    }
+
+    /// Query and key length of sequence `i`.
+    pub fn lens(&self, i: usize) -> (usize, usize) {
+        let q = (self.cu_seqlens_q[i + 1] - self.cu_seqlens_q[i]) as usize;
+        let k = (self.cu_seqlens_k[i + 1] - self.cu_seqlens_k[i]) as usize;
+        (q, k)
+    }
+
+    /// Longest query and key sequence.
+    pub fn max_lens(&self) -> (usize, usize) {
+        (0..self.batch()).map(|i| self.lens(i)).fold((0, 0), |(a, b), (q, k)| (a.max(q), b.max(k)))
+    }
+}
+
+/// Which implementation runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// The fastest that supports the problem: the tensor-core flash kernel where it applies,
+    /// the general flash kernel otherwise.
+    #[default]
+    Auto,
+    /// The general tiled flash kernel (CUDA cores, any head dim, f16/bf16/f32).
+    Flash,
+    /// The tensor-core flash kernel (`mma.sync`; f16/bf16, head dims with a tuned config).
+    FlashTensorCore,
+    /// Standard attention: S = Q·Kᵀ and O = P·V by cuBLAS, S and P stored in device memory.
+    Standard,
+}
+
+impl Method {
+    /// Every method.
+    pub const ALL: [Method; 4] = [Method::Auto, Method::Flash, Method::FlashTensorCore, Method::Standard];
+
+    /// Lower-case name used in reports and on command lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Method::Auto => "auto",
+            Method::Flash => "flash",
+            Method::FlashTensorCore => "flash-tc",
+            Method::Standard => "standard",
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Method, String> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown method `{s}`: expected one of auto, flash, flash-tc, standard"))
+    }
+}
+
+/// Tile sizes: query rows per block × key rows per step. `None` fields are chosen by the library.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tiles {
+    /// Query rows per thread block.
+    pub block_m: Option<usize>,
+    /// Keys per tile streamed through shared memory.
+    pub block_n: Option<usize>,
+}
+
+/// Options of an attention call. `Default` is plain (non-causal) attention with scale `1/√d`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttentionOptions {
+    /// Softmax scale; `None` means `1/√head_dim`. Must be finite and positive.
+    pub scale: Option<f32>,
+    /// Causal masking, aligned to the bottom-right corner when `seqlen_q != seqlen_k` (query `i`
+    /// sees keys `j <= i + seqlen_k - seqlen_q`), as FlashAttention ≥ 2.1 does. Query rows that
+    /// see no key get output 0 and log-sum-exp `-inf`.
+    pub causal: bool,
+    /// Variable-length sequences packed along the token axis (Q, K, V, O with `batch == 1`).
+    pub varlen: Option<VarLen>,
+    /// Which implementation runs.
+    pub method: Method,
+    /// Tile-size override (checked; an invalid one is an error, not a failed launch).
+    pub tiles: Tiles,
+}
+
+/// A validated attention problem: shapes, strides and options that every path agrees on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    /// Q layout.
+    pub q: Layout,
+    /// K layout.
+    pub k: Layout,
+    /// V layout.
+    pub v: Layout,
+    /// O layout (same shape as Q).
+    pub o: Layout,
+    /// Softmax scale actually used.
+    pub scale: f32,
+    /// Causal masking (bottom-right aligned).
+    pub causal: bool,
+    /// Packed variable-length sequences, if any.
+    pub varlen: Option<VarLen>,
+}
+
+impl Problem {
+    /// Checks shapes, strides and options against each other. `len` are the element counts of
+    /// the Q, K, V and O buffers. Nothing is run or written.
+    pub fn new(
+        q: Layout,
+        k: Layout,
+        v: Layout,
+        o: Layout,
+        len: [usize; 4],
+        opts: &AttentionOptions,
+    ) -> Result<Problem, InvalidInput> {
+        let d = q.head_dim;
+        if d == 0 || d > MAX_HEAD_DIM {
+            return Err(InvalidInput::HeadDim { head_dim: d });
+        }
+        for (name, l) in [("k", &k), ("v", &v)] {
+            if l.head_dim != d {
+                return Err(InvalidInput::ShapeMismatch {
+                    what: "head_dim",
+                    tensor: name,
+                    expected: d,
+                    actual: l.head_dim,
+                });
+            }
+        }
+        for (name, l) in [("k", &k), ("v", &v), ("o", &o)] {
+            if l.batch != q.batch {
+                return Err(InvalidInput::ShapeMismatch {
+                    what: "batch",
+                    tensor: name,
+                    expected: q.batch,
+                    actual: l.batch,
+                });
+            }
+        }
+        if o.seqlen != q.seqlen || o.heads != q.heads || o.head_dim != d {
+            let (what, expected, actual) = if o.seqlen != q.seqlen {
+                ("seqlen", q.seqlen, o.seqlen)
+            } else if o.heads != q.heads {
+                ("heads", q.heads, o.heads)
+            } else {
+                ("head_dim", d, o.head_dim)
+            };
+            return Err(InvalidInput::ShapeMismatch { what, tensor: "o", expected, actual });
+        }
+        if v.seqlen != k.seqlen {
+            return Err(InvalidInput::ShapeMismatch {
+                what: "seqlen",
+                tensor: "v",
+                expected: k.seqlen,
+                actual: v.seqlen,
+            });
+        }
+        if v.heads != k.heads {
+            return Err(InvalidInput::ShapeMismatch {
+                what: "heads",
+                tensor: "v",
+                expected: k.heads,
+                actual: v.heads,
+            });
+        }
+        if k.heads == 0 || q.heads % k.heads != 0 {
+            return Err(InvalidInput::HeadGroups { q_heads: q.heads, kv_heads: k.heads });
+        }
+        for ((name, l), have) in [("q", &q), ("k", &k), ("v", &v), ("o", &o)].into_iter().zip(len) {
+            let need = l.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
+            if need > have {
+                return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len: have });
+            }
+        }
+        let scale = opts.scale.unwrap_or(1.0 / (d as f32).sqrt());
+        if !scale.is_finite() || scale <= 0.0 {
+            return Err(InvalidInput::Scale { scale });
+        }
+        if let Some(vl) = &opts.varlen {
+            validate_varlen(vl, &q, &k)?;
+        }
+        Ok(Problem { q, k, v, o, scale, causal: opts.causal, varlen: opts.varlen.clone() })
+    }
+
+    /// `scale·log2(e)`: the factor the kernels apply to raw scores before `exp2`.
+    pub fn scale_log2(&self) -> f32 {
+        self.scale * flashattn_kernels::math::LOG2_E
+    }
+
+    /// Number of sequences (batch entries, or varlen sequences).
+    pub fn batch(&self) -> usize {
+        self.varlen.as_ref().map_or(self.q.batch, VarLen::batch)
+    }
+
+    /// Query and key length of sequence `i`, and its first query and key token.
+    pub fn sequence(&self, i: usize) -> Sequence {
+        match &self.varlen {
+            Some(vl) => {
+                let (len_q, len_k) = vl.lens(i);
+                Sequence {
+                    batch_index: 0,
+                    q_start: vl.cu_seqlens_q[i] as usize,
+                    k_start: vl.cu_seqlens_k[i] as usize,
+                    len_q,
+                    len_k,
+                }
+            }
+            None => Sequence {
+                batch_index: i,
+                q_start: 0,
+                k_start: 0,
+                len_q: self.q.seqlen,
+                len_k: self.k.seqlen,
+            },
+        }
+    }
+
+    /// Query heads per key/value head (1 for multi-head, `heads` for multi-query attention).
+    pub fn group_size(&self) -> usize {
+        self.q.heads / self.k.heads
+    }
+
+    /// Elements of the log-sum-exp output: `heads × batch × seqlen_q` (`heads × total_q` varlen).
+    pub fn lse_len(&self) -> usize {
+        self.q.batch * self.q.heads * self.q.seqlen
+    }
+
+    /// Index of row `(sequence i, head h, query t)` in the log-sum-exp output, laid out
+    /// `(batch, heads, seqlen_q)`, or `(heads, total_q)` for varlen.
+    pub fn lse_index(&self, i: usize, h: usize, t: usize) -> usize {
+        match &self.varlen {
+            Some(vl) => h * self.q.seqlen + vl.cu_seqlens_q[i] as usize + t,
+            None => (i * self.q.heads + h) * self.q.seqlen + t,
+        }
+    }
+
+    /// Whether query `t` may see key `j` of a sequence with `len_q` queries and `len_k` keys.
+    #[inline]
+    pub fn visible(&self, t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
+        !self.causal || j + len_q <= t + len_k
+    }
+
+    /// Attention FLOPs by the usual convention: `4·Σ(Nq·Nk)·heads·d` (two matrix products),
+    /// halved for causal attention.
+    pub fn flops(&self) -> f64 {
+        let pairs: f64 = (0..self.batch())
+            .map(|i| {
+                let s = self.sequence(i);
+                (s.len_q * s.len_k) as f64
+            })
+            .sum();
+        let f = 4.0 * pairs * (self.q.heads * self.q.head_dim) as f64;
+        if self.causal { f / 2.0 } else { f }
+    }
+}
+
+/// One sequence of a problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sequence {
+    /// Batch index into the layouts (0 for varlen).
+    pub batch_index: usize,
+    /// First query token (along the seq axis).
+    pub q_start: usize,
+    /// First key/value token.
+    pub k_start: usize,
+    /// Query tokens.
+    pub len_q: usize,
+    /// Key/value tokens.
+    pub len_k: usize,
+}
+
+fn validate_varlen(vl: &VarLen, q: &Layout, k: &Layout) -> Result<(), InvalidInput> {
+    if q.batch != 1 {
+        return Err(InvalidInput::VarLenBatch { batch: q.batch });
+    }
+    if vl.cu_seqlens_q.len() != vl.cu_seqlens_k.len() || vl.cu_seqlens_q.is_empty() {
+        return Err(InvalidInput::VarLenCounts { q: vl.cu_seqlens_q.len(), k: vl.cu_seqlens_k.len() });
+    }
+    for (name, offsets, total) in [("q", &vl.cu_seqlens_q, q.seqlen), ("k", &vl.cu_seqlens_k, k.seqlen)] {
+        if offsets[0] != 0 {
+            return Err(InvalidInput::VarLenOffsets {
+                tensor: name,
+                index: 0,
+                value: offsets[0] as usize,
+                limit: 0,
+            });
+        }
+        for (i, w) in offsets.windows(2).enumerate() {
+            if w[1] < w[0] {
+                return Err(InvalidInput::VarLenOffsets {
+                    tensor: name,
+                    index: i + 1,
+                    value: w[1] as usize,
+                    limit: w[0] as usize,
+                });
+            }
+        }
+        let last = *offsets.last().unwrap_or(&0) as usize;
+        if last > total {
+            return Err(InvalidInput::VarLenTotal { tensor: name, last, tokens: total });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! The online softmax: the recurrence that lets attention run tile by tile.
+//!
+//! For one query row with scores `s_j` (raw dot products `q·k_j`) and softmax scale `c > 0`,
+//! attention needs `o = Σ_j p_j v_j / Σ_j p_j` with `p_j = exp(c·s_j − c·m)`, where `m` is the
+//! row maximum. Seen a block of keys at a time, the maximum is only known so far; when a later
+//! block raises it from `m` to `m'`, everything accumulated with the old maximum is multiplied by
+//! `α = exp(c·(m − m'))`, which makes it exactly what it would have been with `m'` from the start.
+//! So the running state is just `(m, l)`: the largest raw score so far and the sum of the
+//! probabilities so far, and the accumulator `acc = Σ p_j v_j` is rescaled by the same `α`.
+//!
+//! Everything runs in base 2: `scale_log2 = c·log2(e)`, so each probability costs one FMA and one
+//! `ex2` on the GPU: `p = 2^(s·scale_log2 − m·scale_log2)`.
+//!
+//! Masked scores are `-inf`. A row whose scores are all masked keeps `m = -inf`, `l = 0`, and
+//! finishes with output 0 and log-sum-exp `-inf`, never NaN.
+//!
+//! This module is the one implementation of the recurrence: the GPU kernels and the CPU tiled
+//! implementation both call it. (The f64 test oracle does not: it is the independent check.)
+
+use crate::math::{LN_2, exp2, fma, log2};
+
+/// Running softmax state of one query row (or, on the GPU, of one thread's share of a row: the
+/// maximum is kept equal across the threads of a row and the partial sums are added at the end).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OnlineSoftmax {
+    /// Largest raw score seen so far; `-inf` while every score was masked.
+    pub max: f32,
+    /// Σ 2^(s·scale_log2 − max·scale_log2) over the scores seen so far.
+    pub sum: f32,
+}
+
+/// What a block update hands back: how to rescale the accumulator, and how to turn this block's
+/// raw scores into probabilities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockStep {
+    /// Multiply the output accumulator (and nothing else: `sum` is already rescaled) by this.
+    pub alpha: f32,
+    /// `-max·scale_log2` for the new maximum (0 while the row is fully masked, so that masked
+    /// scores give `2^-inf = 0` rather than NaN).
+    pub neg_max_scaled: f32,
+}
+
+impl BlockStep {
+    /// The unnormalised probability of a raw score: `2^(s·scale_log2 − max·scale_log2)`.
+    /// A masked score (`-inf`) gives 0.
+    #[inline(always)]
+    pub fn prob(&self, score: f32, scale_log2: f32) -> f32 {
+        exp2(fma(score, scale_log2, self.neg_max_scaled))
+    }
+}
+
+/// The finished row: multiply the accumulator by `inv_sum`; `lse` is the natural-log
+/// log-sum-exp of the scaled scores, `ln Σ_j exp(c·s_j)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowResult {
+    /// `1/l`, or 0 for a fully masked row (so its output is 0).
+    pub inv_sum: f32,
+    /// `ln Σ exp(c·s)`; `-inf` for a fully masked row.
+    pub lse: f32,
+}
+
+impl Default for OnlineSoftmax {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OnlineSoftmax {
+    /// The state before any key: `max = -inf`, `sum = 0`.
+    #[inline(always)]
+    pub const fn new() -> Self {
+        OnlineSoftmax { max: f32::NEG_INFINITY, sum: 0.0 }
+    }
+
+    /// Folds in the largest raw score of the next block of keys (`-inf` if the block is fully
+    /// masked). Rescales `sum`, and returns the accumulator's factor and the probability offset.
+    #[inline(always)]
+    pub fn step(&mut self, block_max: f32, scale_log2: f32) -> BlockStep {
+        let new_max = self.max.max(block_max);
+        if new_max == f32::NEG_INFINITY {
+            // Everything so far is masked: nothing is accumulated, nothing to rescale.
+            return BlockStep { alpha: 1.0, neg_max_scaled: 0.0 };
+        }
+        // `self.max == -inf` gives 2^-inf = 0: the (empty) accumulator is cleared, not NaN.
+        let alpha = exp2((self.max - new_max) * scale_log2);
+        self.max = new_max;
+        self.sum *= alpha;
+        BlockStep { alpha, neg_max_scaled: -new_max * scale_log2 }
+    }
+
+    /// Adds this block's probabilities (their sum, or this thread's part of it).
+    #[inline(always)]
+    pub fn add(&mut self, block_sum: f32) {
+        self.sum += block_sum;
+    }
+
+    /// Combines two states of the same row that saw disjoint sets of keys (for reductions across
+    /// threads). Returns the factors to apply to each side's accumulator: `(alpha_self, alpha_other)`.
+    #[inline(always)]
+    pub fn merge(&mut self, other: OnlineSoftmax, scale_log2: f32) -> (f32, f32) {
+        let new_max = self.max.max(other.max);
+        if new_max == f32::NEG_INFINITY {
+            return (1.0, 1.0);
+        }
+        let a = exp2((self.max - new_max) * scale_log2);
+        let b = exp2((other.max - new_max) * scale_log2);
+        self.sum = self.sum * a + other.sum * b;
+        self.max = new_max;
+        (a, b)
+    }
+
+    /// The normaliser and log-sum-exp, once every key has been seen (with `sum` complete).
+    #[inline(always)]
+    pub fn finish(&self, scale_log2: f32) -> RowResult {
+        if self.sum == 0.0 || self.max == f32::NEG_INFINITY {
+            return RowResult { inv_sum: 0.0, lse: f32::NEG_INFINITY };
+        }
+        RowResult { inv_sum: 1.0 / self.sum, lse: (self.max * scale_log2 + log2(self.sum)) * LN_2 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::math::LOG2_E;
+    use std::vec::Vec;
+
+    /// Straightforward softmax-weighted sum of scalar "values" in f64.
+    fn direct(scores: &[f32], values: &[f32], c: f32) -> (f64, f64) {
+        let m = scores.iter().fold(f64::NEG_INFINITY, |m, &s| m.max(s as f64 * c as f64));
+        let w: Vec<f64> = scores.iter().map(|&s| (s as f64 * c as f64 - m).exp()).collect();
+        let l: f64 = w.iter().sum();
+        let o = w.iter().zip(values).map(|(w, &v)| w * v as f64).sum::<f64>() / l;
+        (o, m + l.ln())
+    }
+
+    fn tiled(scores: &[f32], values: &[f32], c: f32, block: usize) -> (f32, f32) {
+        let c2 = c * LOG2_E;
+        let mut st = OnlineSoftmax::new();
+        let mut acc = 0.0f32;
+        for (s, v) in scores.chunks(block).zip(values.chunks(block)) {
+            let bm = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let step = st.step(bm, c2);
+            acc *= step.alpha;
+            let mut sum = 0.0;
+            for (&x, &y) in s.iter().zip(v) {
+                let p = step.prob(x, c2);
+                sum += p;
+                acc += p * y;
+            }
+            st.add(sum);
+        }
+        let r = st.finish(c2);
+        (acc * r.inv_sum, r.lse)
+    }
+
+    #[test]
+    fn tiled_equals_direct_for_any_block_size() {
+        let scores: Vec<f32> = (0..37).map(|i| ((i * 7919) % 101) as f32 / 10.0 - 5.0).collect();
+        let values: Vec<f32> = (0..37).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+        let (o, lse) = direct(&scores, &values, 0.3);
+        for block in [1, 2, 5, 16, 37, 64] {
+            let (to, tl) = tiled(&scores, &values, 0.3, block);
+            assert!((to as f64 - o).abs() < 1e-5, "block {block}: {to} vs {o}");
+            assert!((tl as f64 - lse).abs() < 1e-4, "block {block}: lse {tl} vs {lse}");
+        }
+    }
+
+    #[test]
+    fn fully_masked_row_gives_zero_and_neg_inf() {
+        let scores = [f32::NEG_INFINITY; 9];
+        let (o, lse) = tiled(&scores, &[1.0; 9], 0.5, 4);
+        assert_eq!(o, 0.0);
+        assert_eq!(lse, f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn masked_prefix_then_scores_has_no_nan() {
+        let mut scores = [f32::NEG_INFINITY; 8];
+        scores[6] = 3.0;
+        scores[7] = 1000.0;
+        let (o, lse) = tiled(&scores, &[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, -1.0], 1.0, 3);
+        assert!(o.is_finite() && lse.is_finite(), "{o} {lse}");
+        assert!((o - -1.0).abs() < 1e-6);
+        assert!((lse - 1000.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn huge_logits_do_not_overflow() {
+        let scores = [5000.0f32, 4999.0, -3000.0, 5000.0];
+        let (o, lse) = tiled(&scores, &[1.0, 2.0, 3.0, 4.0], 1.0, 1);
+        let (eo, el) = direct(&scores, &[1.0, 2.0, 3.0, 4.0], 1.0);
+        assert!((o as f64 - eo).abs() < 1e-5 && (lse as f64 - el).abs() < 1e-2, "{o} {lse}");
+    }
+
+    #[test]
+    fn merge_matches_sequential() {
+        let c2 = 0.7 * LOG2_E;
+        let mut a = OnlineSoftmax::new();
+        let sa = a.step(3.0, c2);
+        a.add(sa.prob(3.0, c2) + sa.prob(1.0, c2));
+        let mut b = OnlineSoftmax::new();
+        let sb = b.step(5.0, c2);
+        b.add(sb.prob(5.0, c2));
+        let mut seq = OnlineSoftmax::new();
+        let s = seq.step(5.0, c2);
+        seq.add(s.prob(3.0, c2) + s.prob(1.0, c2) + s.prob(5.0, c2));
+        a.merge(b, c2);
+        assert!((a.sum - seq.sum).abs() < 1e-6 && a.max == seq.max);
+        let mut empty = OnlineSoftmax::new();
+        let (x, y) = empty.merge(OnlineSoftmax::new(), c2);
+        assert_eq!((x, y, empty.sum, empty.max), (1.0, 1.0, 0.0, f32::NEG_INFINITY));
+    }
+}
