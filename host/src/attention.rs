@@ -1,9 +1,15 @@
 //! The GPU entry point: [`Device::attention`], its tensors, and the launch plan it returns.
 
-use crate::buffer::{DeviceBuffer, Element};
-use crate::device::Device;
+use flashattn_kernels::config::{MMA_CONFIGS, mma_config};
+use flashattn_kernels::params::{
+    AttnParams, SIMT_HEAD_DIMS, SIMT_KEY_CHUNK, SIMT_THREADS_PER_ROW, simt_shared_bytes,
+};
+
+use crate::buffer::{DType, DeviceBuffer, Element};
+use crate::device::{Device, LaunchShape};
 use crate::error::{InvalidInput, Result};
-use crate::problem::{AttentionOptions, Layout, Method, Problem};
+use crate::problem::{AttentionOptions, Layout, Method, Problem, Tiles, VarLen};
+use crate::ptx::Kernel;
 
 /// A read-only tensor in device memory: a buffer and the layout that addresses it.
 #[derive(Clone, Copy, Debug)]
@@ -75,11 +81,163 @@ impl std::fmt::Display for Plan {
     }
 }
 
+/// Tile choice of the general flash kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SimtTiles {
+    pub padded_dim: u32,
+    pub block_m: u32,
+    pub block_n: u32,
+}
+
+/// Query rows per block the general kernel can run (4 threads per row, ≤ 256 threads).
+const SIMT_BLOCK_M: [usize; 3] = [16, 32, 64];
+
+impl SimtTiles {
+    /// Default tiles for a head dim, or the user's override, checked against the kernel and the
+    /// device's shared memory.
+    pub(crate) fn choose(head_dim: usize, tiles: Tiles, shared_limit: u32) -> Result<SimtTiles, InvalidInput> {
+        let padded_dim = SIMT_HEAD_DIMS.into_iter().find(|&p| p as usize >= head_dim).unwrap_or(256);
+        // Defaults: more rows per block where the accumulator is small; fewer keys per tile where
+        // the K/V tiles are large (d = 256), so that two blocks fit on an SM.
+        let block_m = tiles.block_m.unwrap_or(if padded_dim <= 64 { 64 } else { 32 });
+        let block_n = tiles.block_n.unwrap_or(if padded_dim <= 128 { 64 } else { 32 });
+        let bad = |why: String| InvalidInput::Tiles { method: "flash", block_m: tiles.block_m, block_n: tiles.block_n, why };
+        if !SIMT_BLOCK_M.contains(&block_m) {
+            return Err(bad(format!("block_m must be one of {SIMT_BLOCK_M:?}")));
+        }
+        let chunk = SIMT_KEY_CHUNK as usize;
+        if block_n == 0 || block_n % chunk != 0 || block_n > 256 {
+            return Err(bad(format!("block_n must be a multiple of {chunk} up to 256")));
+        }
+        let t = SimtTiles { padded_dim, block_m: block_m as u32, block_n: block_n as u32 };
+        if t.shared_bytes() > shared_limit {
+            return Err(bad(format!(
+                "it needs {} bytes of shared memory for head dim {padded_dim}, the device allows {shared_limit}",
+                t.shared_bytes()
+            )));
+        }
+        Ok(t)
+    }
+
+    pub(crate) fn shared_bytes(&self) -> u32 {
+        simt_shared_bytes(self.block_m, self.block_n, self.padded_dim)
+    }
+
+    pub(crate) fn threads(&self) -> u32 {
+        self.block_m * SIMT_THREADS_PER_ROW
+    }
+}
+
+/// Grid dimensions must fit the driver's limits (y and z ≤ 65535).
+fn check_grid(method: &'static str, grid: (u32, u32, u32)) -> Result<(), InvalidInput> {
+    if grid.1 > 65_535 || grid.2 > 65_535 {
+        return Err(InvalidInput::Unsupported {
+            method,
+            why: format!("more than 65535 heads or sequences in one call (grid {grid:?}): split the batch"),
+        });
+    }
+    Ok(())
+}
+
+fn u32_of(method: &'static str, what: &str, x: usize) -> Result<u32, InvalidInput> {
+    u32::try_from(x).map_err(|_| InvalidInput::Unsupported { method, why: format!("{what} of {x} (over 2³²)") })
+}
+
 impl Device {
     /// Validates the call and returns the plan it would run, without running anything.
     pub fn plan<T: Element>(&self, problem: &Problem, opts: &AttentionOptions) -> Result<Plan> {
-        let _ = (problem, opts);
-        Err(InvalidInput::Unsupported { method: "any", why: format!("{} on the GPU yet", T::DTYPE) }.into())
+        Ok(self.choose(T::DTYPE, problem, opts)?.plan)
+    }
+
+    /// Picks the kernel and its launch for a validated problem.
+    fn choose(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+        match opts.method {
+            Method::Flash => self.plan_simt(dtype, problem, opts),
+            Method::FlashTensorCore => self.plan_mma(dtype, problem, opts),
+            // The tensor-core kernel where it applies, the general one otherwise.
+            Method::Auto => self.plan_mma(dtype, problem, opts).or_else(|_| self.plan_simt(dtype, problem, opts)),
+            Method::Standard => Ok(Choice { plan: crate::standard::plan(dtype, problem)?, kernel: None }),
+        }
+    }
+
+    fn plan_mma(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+        let unsupported = |why: String| InvalidInput::Unsupported { method: "flash-tc", why };
+        let d = problem.q.head_dim;
+        let config = mma_config(d as u32).filter(|_| dtype != DType::F32).ok_or_else(|| {
+            unsupported(format!(
+                "{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)",
+                MMA_CONFIGS.map(|c| c.head_dim)
+            ))
+        })?;
+        let kernel = Kernel::flash_mma(dtype, config.head_dim).ok_or_else(|| unsupported(format!("{dtype}")))?;
+        for (name, l) in [("q", &problem.q), ("k", &problem.k), ("v", &problem.v), ("o", &problem.o)] {
+            if [l.batch_stride, l.seq_stride, l.head_stride].iter().any(|s| s % 8 != 0) {
+                return Err(unsupported(format!(
+                    "{name}'s strides {:?}: they must be multiples of 8 elements (16-byte rows)",
+                    [l.batch_stride, l.seq_stride, l.head_stride]
+                )));
+            }
+        }
+        let fixed = |asked: Option<usize>, have: u32| asked.is_none_or(|a| a == have as usize);
+        if !fixed(opts.tiles.block_m, config.block_m) || !fixed(opts.tiles.block_n, config.block_n) {
+            return Err(InvalidInput::Tiles {
+                method: "flash-tc",
+                block_m: opts.tiles.block_m,
+                block_n: opts.tiles.block_n,
+                why: format!(
+                    "its tiles are fixed per head dim ({}×{} for d = {d})",
+                    config.block_m, config.block_n
+                ),
+            });
+        }
+        let limit = self.props().max_shared_per_block;
+        if config.shared_bytes() > limit {
+            return Err(unsupported(format!(
+                "this device: it needs {} bytes of shared memory per block, the device allows {limit}",
+                config.shared_bytes()
+            )));
+        }
+        let grid = self.grid(problem, config.block_m as usize, "flash-tc")?;
+        let plan = Plan {
+            method: Method::FlashTensorCore,
+            kernel: kernel.name(),
+            block_m: config.block_m as usize,
+            block_n: config.block_n as usize,
+            threads: config.threads(),
+            shared_bytes: config.shared_bytes(),
+            grid,
+            extra_bytes: offsets_bytes(problem),
+        };
+        Ok(Choice { plan, kernel: Some(kernel) })
+    }
+
+    /// Grid of the flash kernels: query tiles of the longest sequence × heads × sequences.
+    fn grid(&self, problem: &Problem, block_m: usize, method: &'static str) -> Result<(u32, u32, u32), InvalidInput> {
+        let max_q = (0..problem.batch()).map(|i| problem.sequence(i).len_q).max().unwrap_or(0);
+        let grid = (
+            u32_of(method, "query tokens", max_q.div_ceil(block_m))?,
+            u32_of(method, "heads", problem.q.heads)?,
+            u32_of(method, "sequences", problem.batch())?,
+        );
+        check_grid(method, grid)?;
+        Ok(grid)
+    }
+
+    fn plan_simt(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+        let tiles = SimtTiles::choose(problem.q.head_dim, opts.tiles, self.props().max_shared_per_block)?;
+        let kernel = Kernel::flash_simt(dtype, tiles.padded_dim).ok_or(InvalidInput::HeadDim { head_dim: problem.q.head_dim })?;
+        let grid = self.grid(problem, tiles.block_m as usize, "flash")?;
+        let plan = Plan {
+            method: Method::Flash,
+            kernel: kernel.name(),
+            block_m: tiles.block_m as usize,
+            block_n: tiles.block_n as usize,
+            threads: tiles.threads(),
+            shared_bytes: tiles.shared_bytes(),
+            grid,
+            extra_bytes: offsets_bytes(problem),
+        };
+        Ok(Choice { plan, kernel: Some(kernel) })
     }
 
     /// Attention on the GPU: `out = softmax(scale·Q·Kᵀ [+ mask])·V`, and optionally the per-row
@@ -111,6 +269,88 @@ impl Device {
                 return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: l.len() }.into());
             }
         }
-        self.plan::<T>(&problem, opts)
+        let lse_addr = lse.map_or(0, |l| l.device_address());
+        let io = Io { q: q.buf.device_address(), k: k.buf.device_address(), v: v.buf.device_address(), o: out.buf.device_address(), lse: lse_addr };
+        let choice = self.choose(T::DTYPE, &problem, opts)?;
+        match choice.kernel {
+            None => crate::standard::run(self, T::DTYPE, &problem, io),
+            Some(kernel) => self.run_flash(&problem, io, choice.plan, kernel),
+        }
     }
+
+    fn run_flash(&self, problem: &Problem, io: Io, plan: Plan, kernel: Kernel) -> Result<Plan> {
+        if plan.grid.0 == 0 || plan.grid.1 == 0 || plan.grid.2 == 0 {
+            return Ok(plan);
+        }
+        let offsets = match &problem.varlen {
+            Some(vl) => Some(self.upload_offsets(vl)?),
+            None => None,
+        };
+        let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
+        let params = attn_params(problem, io, addresses, plan.block_n as u32)?;
+        let shape = LaunchShape { grid: plan.grid, block: (plan.threads, 1, 1), shared_bytes: plan.shared_bytes };
+        // SAFETY: `params` is the kernel's parameter struct, built from validated layouts whose
+        // buffers hold every addressed element. The offset buffers are freed in stream order,
+        // after the kernel.
+        unsafe { self.launch(kernel, shape, &params)? };
+        Ok(plan)
+    }
+
+    /// Copies variable-length offsets to the device.
+    fn upload_offsets(&self, vl: &VarLen) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
+        Ok((self.upload_u32(&vl.cu_seqlens_q)?, self.upload_u32(&vl.cu_seqlens_k)?))
+    }
+}
+
+/// A chosen plan and the flash kernel that runs it (`None` for standard attention).
+struct Choice {
+    plan: Plan,
+    kernel: Option<Kernel>,
+}
+
+/// Device bytes a call allocates for variable-length offsets.
+fn offsets_bytes(problem: &Problem) -> u64 {
+    problem.varlen.as_ref().map_or(0, |v| 8 * v.cu_seqlens_q.len() as u64)
+}
+
+/// Device addresses of one call's tensors.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Io {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    pub lse: u64,
+}
+
+fn strides(l: &Layout) -> [u64; 3] {
+    [l.batch_stride as u64, l.seq_stride as u64, l.head_stride as u64]
+}
+
+/// The kernels' parameter struct for a validated problem.
+pub(crate) fn attn_params(problem: &Problem, io: Io, offsets: Option<(u64, u64)>, block_n: u32) -> Result<AttnParams, InvalidInput> {
+    let m = "flash";
+    Ok(AttnParams {
+        q: io.q,
+        k: io.k,
+        v: io.v,
+        o: io.o,
+        lse: io.lse,
+        cu_seqlens_q: offsets.map_or(0, |o| o.0),
+        cu_seqlens_k: offsets.map_or(0, |o| o.1),
+        q_strides: strides(&problem.q),
+        k_strides: strides(&problem.k),
+        v_strides: strides(&problem.v),
+        o_strides: strides(&problem.o),
+        seqlen_q: u32_of(m, "query tokens", problem.q.seqlen)?,
+        seqlen_k: u32_of(m, "key tokens", problem.k.seqlen)?,
+        heads_q: u32_of(m, "heads", problem.q.heads)?,
+        group: u32_of(m, "heads per group", problem.group_size())?,
+        head_dim: problem.q.head_dim as u32,
+        scale_log2: problem.scale_log2(),
+        causal: problem.causal as u32,
+        block_n,
+        lse_seq_stride: u32_of(m, "query tokens", problem.q.seqlen)?,
+        _pad: 0,
+    })
 }

@@ -1,9 +1,11 @@
 //! Attention on the CPU: the tiled algorithm with the shared online-softmax recurrence, for
 //! machines without a GPU and as the first thing the tests check.
 
+use flashattn_kernels::softmax::OnlineSoftmax;
+
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
-use crate::problem::{AttentionOptions, Layout, Problem};
+use crate::problem::{AttentionOptions, Layout, Problem, Tiles};
 
 /// A read-only tensor in host memory.
 #[derive(Clone, Copy, Debug)]
@@ -23,8 +25,39 @@ pub struct HostTensorMut<'a, T> {
     pub layout: Layout,
 }
 
+/// Query rows per tile when `opts.tiles.block_m` is `None`.
+pub const DEFAULT_BLOCK_M: usize = 64;
+/// Keys per tile when `opts.tiles.block_n` is `None`.
+pub const DEFAULT_BLOCK_N: usize = 64;
+
+/// The tile sizes a call runs with: the override, or the defaults. Both must be at least 1;
+/// there is no upper limit (a tile larger than a sequence covers it whole).
+pub fn tiles(opts: &AttentionOptions) -> Result<(usize, usize), InvalidInput> {
+    let Tiles { block_m, block_n } = opts.tiles;
+    if block_m == Some(0) || block_n == Some(0) {
+        return Err(InvalidInput::Tiles {
+            method: "cpu",
+            block_m,
+            block_n,
+            why: "the CPU implementation needs block_m ≥ 1 and block_n ≥ 1".into(),
+        });
+    }
+    Ok((block_m.unwrap_or(DEFAULT_BLOCK_M), block_n.unwrap_or(DEFAULT_BLOCK_N)))
+}
+
 /// Tiled attention on the CPU (f32 accumulation), same semantics and validation as
-/// [`crate::Device::attention`]. `opts.tiles` sets the tile sizes (rows of Q × rows of K).
+/// [`crate::Device::attention`]. `opts.tiles` sets the tile sizes (rows of Q × rows of K,
+/// defaults [`DEFAULT_BLOCK_M`] × [`DEFAULT_BLOCK_N`]); `opts.method` is ignored.
+///
+/// For each sequence, query head and tile of `block_m` queries, the keys are streamed
+/// `block_n` at a time through the shared online-softmax recurrence
+/// ([`flashattn_kernels::softmax::OnlineSoftmax`]): a tile's scores are computed, the running
+/// maximum and normaliser updated, the accumulator rescaled and the tile's probabilities times
+/// V added; no row of scores longer than `block_n` exists at any time. Under causal masking, key
+/// tiles that no query of the tile sees are skipped. The log-sum-exp, if asked for, is written as
+/// [`Problem::lse_index`] says.
+///
+/// Every check happens before anything is written: on error `out` and `lse` are untouched.
 pub fn attention<T: Element>(
     q: HostTensor<'_, T>,
     k: HostTensor<'_, T>,
@@ -46,5 +79,186 @@ pub fn attention<T: Element>(
             return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: l.len() }.into());
         }
     }
-    Err(InvalidInput::Unsupported { method: "cpu", why: "anything yet (not implemented)".into() }.into())
+    let (block_m, block_n) = tiles(opts)?;
+    Tiled::new(&problem, block_m, block_n).run(&problem, q.data, k.data, v.data, out.data, lse);
+    Ok(())
+}
+
+/// The working set of one tile of queries: converted Q, K and V tiles, the accumulator, and the
+/// per-row softmax states. Allocated once per call.
+struct Tiled {
+    block_m: usize,
+    block_n: usize,
+    d: usize,
+    /// `block_m × d` queries, f32.
+    q: Vec<f32>,
+    /// `block_n × d` keys, f32.
+    k: Vec<f32>,
+    /// `block_n × d` values, f32.
+    v: Vec<f32>,
+    /// `block_n` scores of one query row.
+    s: Vec<f32>,
+    /// `block_m × d` unnormalised outputs.
+    acc: Vec<f32>,
+    /// One running state per query row.
+    state: Vec<OnlineSoftmax>,
+}
+
+impl Tiled {
+    fn new(problem: &Problem, block_m: usize, block_n: usize) -> Tiled {
+        // A tile never needs more rows than the longest sequence has.
+        let (max_q, max_k) = (0..problem.batch())
+            .map(|i| problem.sequence(i))
+            .fold((0, 0), |(a, b), s| (a.max(s.len_q), b.max(s.len_k)));
+        let block_m = block_m.min(max_q.max(1));
+        let block_n = block_n.min(max_k.max(1));
+        let d = problem.q.head_dim;
+        Tiled {
+            block_m,
+            block_n,
+            d,
+            q: vec![0.0; block_m * d],
+            k: vec![0.0; block_n * d],
+            v: vec![0.0; block_n * d],
+            s: vec![0.0; block_n],
+            acc: vec![0.0; block_m * d],
+            state: vec![OnlineSoftmax::new(); block_m],
+        }
+    }
+
+    fn run<T: Element>(
+        &mut self,
+        p: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        out: &mut [T],
+        mut lse: Option<&mut [f32]>,
+    ) {
+        let (d, bm, bn) = (self.d, self.block_m, self.block_n);
+        let group = p.group_size();
+        let scale_log2 = p.scale_log2();
+        for i in 0..p.batch() {
+            let seq = p.sequence(i);
+            let b = seq.batch_index;
+            // Keys query `t` sees: `0..visible_end(t)` (bottom-right aligned causal mask).
+            let visible_end = |t: usize| {
+                if p.causal { (t + 1 + seq.len_k).saturating_sub(seq.len_q).min(seq.len_k) } else { seq.len_k }
+            };
+            for h in 0..p.q.heads {
+                let kh = h / group;
+                for t0 in (0..seq.len_q).step_by(bm) {
+                    let rows = bm.min(seq.len_q - t0);
+                    for r in 0..rows {
+                        load(&mut self.q[r * d..(r + 1) * d], q, p.q.offset(b, seq.q_start + t0 + r, h));
+                    }
+                    self.acc[..rows * d].fill(0.0);
+                    self.state[..rows].fill(OnlineSoftmax::new());
+
+                    // Key tiles beyond what the tile's last query sees are skipped.
+                    let key_end = visible_end(t0 + rows - 1);
+                    for j0 in (0..key_end).step_by(bn) {
+                        let cols = bn.min(key_end - j0);
+                        for c in 0..cols {
+                            let j = seq.k_start + j0 + c;
+                            load(&mut self.k[c * d..(c + 1) * d], k, p.k.offset(b, j, kh));
+                            load(&mut self.v[c * d..(c + 1) * d], v, p.v.offset(b, j, kh));
+                        }
+                        for r in 0..rows {
+                            // Keys of this tile that row `r` sees (masked keys contribute 0).
+                            let seen = visible_end(t0 + r).saturating_sub(j0).min(cols);
+                            if seen == 0 {
+                                continue;
+                            }
+                            let q_row = &self.q[r * d..(r + 1) * d];
+                            let s = &mut self.s[..seen];
+                            let mut block_max = f32::NEG_INFINITY;
+                            for (c, sc) in s.iter_mut().enumerate() {
+                                *sc = dot(q_row, &self.k[c * d..(c + 1) * d]);
+                                block_max = block_max.max(*sc);
+                            }
+                            let step = self.state[r].step(block_max, scale_log2);
+                            let acc = &mut self.acc[r * d..(r + 1) * d];
+                            if step.alpha != 1.0 {
+                                acc.iter_mut().for_each(|a| *a *= step.alpha);
+                            }
+                            let mut block_sum = 0.0f32;
+                            for (c, &sc) in s.iter().enumerate() {
+                                let prob = step.prob(sc, scale_log2);
+                                block_sum += prob;
+                                for (a, &x) in acc.iter_mut().zip(&self.v[c * d..(c + 1) * d]) {
+                                    *a += prob * x;
+                                }
+                            }
+                            self.state[r].add(block_sum);
+                        }
+                    }
+
+                    for r in 0..rows {
+                        let t = t0 + r;
+                        let fin = self.state[r].finish(scale_log2);
+                        let o = p.o.offset(b, seq.q_start + t, h);
+                        for (dst, &a) in out[o..o + d].iter_mut().zip(&self.acc[r * d..(r + 1) * d]) {
+                            *dst = T::from_f32(a * fin.inv_sum);
+                        }
+                        if let Some(l) = lse.as_deref_mut() {
+                            l[p.lse_index(i, h, t)] = fin.lse;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Converts the `dst.len()` elements at `src[offset..]` to f32.
+#[inline]
+fn load<T: Element>(dst: &mut [f32], src: &[T], offset: usize) {
+    let n = dst.len();
+    for (d, &s) in dst.iter_mut().zip(&src[offset..offset + n]) {
+        *d = s.to_f32();
+    }
+}
+
+/// f32 dot product in eight interleaved partial sums (which the compiler keeps in one vector
+/// register), added pairwise at the end.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut part = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            part[l] += x[l] * y[l];
+        }
+    }
+    for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
+        part[l] += x * y;
+    }
+    ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_matches_sequential_sum() {
+        for n in [1, 7, 8, 9, 59, 256] {
+            let a: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 3) as f32 * 0.5).collect();
+            let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert_eq!(dot(&a, &b), want, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn zero_tiles_are_refused_and_defaults_apply() {
+        let opts = |m, n| AttentionOptions { tiles: Tiles { block_m: m, block_n: n }, ..Default::default() };
+        assert_eq!(tiles(&opts(None, None)), Ok((DEFAULT_BLOCK_M, DEFAULT_BLOCK_N)));
+        assert_eq!(tiles(&opts(Some(3), None)), Ok((3, DEFAULT_BLOCK_N)));
+        assert!(matches!(tiles(&opts(Some(0), Some(4))), Err(InvalidInput::Tiles { block_m: Some(0), .. })));
+        assert!(matches!(tiles(&opts(None, Some(0))), Err(InvalidInput::Tiles { block_n: Some(0), .. })));
+    }
 }

@@ -1,9 +1,10 @@
 //! Device selection, properties, memory, and launches.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut, DriverError, result};
 use flashattn_kernels::params::{FILL_THREADS, FillParams};
@@ -73,7 +74,8 @@ pub struct LaunchShape {
 ///
 /// Everything is ordered on that stream; methods that return host data synchronize it.
 pub struct Device {
-    // Field order is drop order: the module and stream go before the context.
+    // Field order is drop order: cuBLAS, the module and the stream go before the context.
+    blas: OnceLock<CudaBlas>,
     module: Module,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -148,7 +150,7 @@ impl Device {
         let stream = ctx.new_stream().context("creating a stream")?;
         let module = Module::load(target)?;
         let raised_shared = Kernel::ALL.iter().map(|_| AtomicU32::new(0)).collect();
-        Ok(Device { module, stream, ctx, props, raised_shared })
+        Ok(Device { blas: OnceLock::new(), module, stream, ctx, props, raised_shared })
     }
 
     /// The device's properties.
@@ -215,6 +217,46 @@ impl Device {
         let slice = unsafe { self.stream.alloc::<T>(len.max(1)) }
             .map_err(|e| self.alloc_error(e, what(), requested))?;
         Ok(DeviceBuffer { slice, len })
+    }
+
+    /// Allocates `bytes` of scratch memory (at least one byte). An out-of-memory failure reports
+    /// `what` and `total` bytes: everything the caller needs at once, not just this piece.
+    pub(crate) fn alloc_scratch(&self, bytes: u64, total: u64, what: impl FnOnce() -> String) -> Result<DeviceBuffer<u8>> {
+        let oom = || DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        let len = usize::try_from(bytes.max(1)).map_err(|_| self.alloc_error(oom(), String::new(), total))?;
+        if total > self.props.total_memory {
+            return Err(self.alloc_error(oom(), what(), total));
+        }
+        // SAFETY: scratch bytes are written before they are read.
+        let slice = unsafe { self.stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
+        Ok(DeviceBuffer { slice, len })
+    }
+
+    /// The cuBLAS handle (created on first use, on this device's stream).
+    pub(crate) fn blas(&self) -> Result<&CudaBlas> {
+        if let Some(b) = self.blas.get() {
+            return Ok(b);
+        }
+        // SAFETY: only probes whether the shared library can be loaded.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(Error::BlasMissing);
+        }
+        self.bind()?;
+        let blas = CudaBlas::new(self.stream.clone())
+            .map_err(|source| Error::Blas { context: "creating the cuBLAS handle", source })?;
+        let _ = self.blas.set(blas);
+        self.blas.get().ok_or(Error::BlasMissing)
+    }
+
+    /// Copies `u32` words (sequence offsets) into a new device buffer.
+    pub(crate) fn upload_u32(&self, host: &[u32]) -> Result<DeviceBuffer<u32>> {
+        let slice = if host.is_empty() {
+            self.stream.alloc_zeros::<u32>(1)
+        } else {
+            self.stream.clone_htod(host)
+        };
+        let slice = slice.map_err(|e| self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64))?;
+        Ok(DeviceBuffer { slice, len: host.len() })
     }
 
     /// Allocates `len` elements set to zero.

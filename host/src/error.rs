@@ -114,6 +114,24 @@ pub enum Error {
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
 
+    /// cuBLAS (needed by the standard-attention path only) could not be loaded.
+    #[error(
+        "cuBLAS could not be loaded (libcublas.so): the standard-attention path needs it. Add the \
+         CUDA toolkit's lib64 directory, or the pip package nvidia-cublas's lib directory, to \
+         LD_LIBRARY_PATH; the flash paths do not need it"
+    )]
+    BlasMissing,
+
+    /// A cuBLAS call failed.
+    #[error("cuBLAS failed in {context}: {source}")]
+    Blas {
+        /// What the library was doing.
+        context: &'static str,
+        /// cuBLAS's error.
+        #[source]
+        source: cudarc::cublas::result::CublasError,
+    },
+
     /// A host↔device length mismatch in a copy.
     #[error("{what}: the host slice has {host} elements but the device buffer has {device}")]
     LengthMismatch {

@@ -21,6 +21,7 @@ mod device;
 mod error;
 mod problem;
 mod ptx;
+mod standard;
 mod timing;
 
 pub use attention::{DeviceTensor, DeviceTensorMut, Plan};

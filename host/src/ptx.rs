@@ -8,6 +8,7 @@ use std::ffi::{CStr, CString, c_void};
 
 use cudarc::driver::sys;
 
+use crate::buffer::DType;
 use crate::error::{Error, Result};
 
 /// PTX for `sm_80` (runs on compute capability 8.0 and later through the driver's JIT).
@@ -75,6 +76,83 @@ kernels! {
     FillU16 => "fill_u16",
     /// Fill 32-bit words with one pattern (`FillParams`).
     FillU32 => "fill_u32",
+    /// General flash forward, f16, head dim padded to 32 (`AttnParams`).
+    FlashSimtF16D32 => "flash_fwd_simt_f16_d32",
+    /// General flash forward, f16, d ≤ 64.
+    FlashSimtF16D64 => "flash_fwd_simt_f16_d64",
+    /// General flash forward, f16, d ≤ 128.
+    FlashSimtF16D128 => "flash_fwd_simt_f16_d128",
+    /// General flash forward, f16, d ≤ 256.
+    FlashSimtF16D256 => "flash_fwd_simt_f16_d256",
+    /// General flash forward, bf16, d ≤ 32.
+    FlashSimtBf16D32 => "flash_fwd_simt_bf16_d32",
+    /// General flash forward, bf16, d ≤ 64.
+    FlashSimtBf16D64 => "flash_fwd_simt_bf16_d64",
+    /// General flash forward, bf16, d ≤ 128.
+    FlashSimtBf16D128 => "flash_fwd_simt_bf16_d128",
+    /// General flash forward, bf16, d ≤ 256.
+    FlashSimtBf16D256 => "flash_fwd_simt_bf16_d256",
+    /// General flash forward, f32, d ≤ 32.
+    FlashSimtF32D32 => "flash_fwd_simt_f32_d32",
+    /// General flash forward, f32, d ≤ 64.
+    FlashSimtF32D64 => "flash_fwd_simt_f32_d64",
+    /// General flash forward, f32, d ≤ 128.
+    FlashSimtF32D128 => "flash_fwd_simt_f32_d128",
+    /// General flash forward, f32, d ≤ 256.
+    FlashSimtF32D256 => "flash_fwd_simt_f32_d256",
+    /// Tensor-core flash forward, f16, d = 64 (`AttnParams`).
+    FlashMmaF16D64 => "flash_fwd_mma_f16_d64",
+    /// Tensor-core flash forward, f16, d = 128.
+    FlashMmaF16D128 => "flash_fwd_mma_f16_d128",
+    /// Tensor-core flash forward, f16, d = 256.
+    FlashMmaF16D256 => "flash_fwd_mma_f16_d256",
+    /// Tensor-core flash forward, bf16, d = 64.
+    FlashMmaBf16D64 => "flash_fwd_mma_bf16_d64",
+    /// Tensor-core flash forward, bf16, d = 128.
+    FlashMmaBf16D128 => "flash_fwd_mma_bf16_d128",
+    /// Tensor-core flash forward, bf16, d = 256.
+    FlashMmaBf16D256 => "flash_fwd_mma_bf16_d256",
+    /// Row softmax of standard attention, f16 probabilities (`SoftmaxParams`).
+    SoftmaxRowsF16 => "softmax_rows_f16",
+    /// Row softmax of standard attention, bf16 probabilities.
+    SoftmaxRowsBf16 => "softmax_rows_bf16",
+    /// Row softmax of standard attention, f32 probabilities.
+    SoftmaxRowsF32 => "softmax_rows_f32",
+}
+
+impl Kernel {
+    /// The general flash kernel for a dtype and a padded head dimension (32, 64, 128 or 256).
+    pub(crate) fn flash_simt(dtype: DType, padded_dim: u32) -> Option<Kernel> {
+        use Kernel::*;
+        let row = match dtype {
+            DType::F16 => [FlashSimtF16D32, FlashSimtF16D64, FlashSimtF16D128, FlashSimtF16D256],
+            DType::BF16 => [FlashSimtBf16D32, FlashSimtBf16D64, FlashSimtBf16D128, FlashSimtBf16D256],
+            DType::F32 => [FlashSimtF32D32, FlashSimtF32D64, FlashSimtF32D128, FlashSimtF32D256],
+        };
+        let i = flashattn_kernels::params::SIMT_HEAD_DIMS.iter().position(|&d| d == padded_dim)?;
+        Some(row[i])
+    }
+
+    /// The tensor-core flash kernel for a 16-bit dtype and a head dimension with a config.
+    pub(crate) fn flash_mma(dtype: DType, head_dim: u32) -> Option<Kernel> {
+        use Kernel::*;
+        let row = match dtype {
+            DType::F16 => [FlashMmaF16D64, FlashMmaF16D128, FlashMmaF16D256],
+            DType::BF16 => [FlashMmaBf16D64, FlashMmaBf16D128, FlashMmaBf16D256],
+            DType::F32 => return None,
+        };
+        let i = flashattn_kernels::config::MMA_CONFIGS.iter().position(|c| c.head_dim == head_dim)?;
+        row.get(i).copied()
+    }
+
+    /// The row-softmax kernel writing probabilities of `dtype`.
+    pub(crate) fn softmax_rows(dtype: DType) -> Kernel {
+        match dtype {
+            DType::F16 => Kernel::SoftmaxRowsF16,
+            DType::BF16 => Kernel::SoftmaxRowsBf16,
+            DType::F32 => Kernel::SoftmaxRowsF32,
+        }
+    }
 }
 
 impl Kernel {

@@ -8,11 +8,17 @@
 //!   ([`config`]) and the online-softmax recurrence ([`softmax`]) that the GPU kernels and the
 //!   CPU tiled implementation both run.
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics),
+    allow(internal_features)
+)]
 
 #[cfg(not(target_arch = "nvptx64"))]
 extern crate std;
 
+pub mod config;
+pub mod mask;
 pub mod math;
 pub mod params;
 pub mod softmax;

@@ -23,3 +23,107 @@ pub struct FillParams {
 
 /// Threads per block of the fill kernels.
 pub const FILL_THREADS: u32 = 256;
+
+/// Parameters of the flash attention forward kernels (general and tensor-core).
+///
+/// Grid: `x` = query tiles of the longest sequence, `y` = query heads, `z` = sequences.
+/// Tensors are addressed as `(batch, seq, head, dim)` with the strides below (in elements).
+/// With `cu_seqlens_q != 0` the batch is variable-length: sequence `z` holds query tokens
+/// `cu_seqlens_q[z]..cu_seqlens_q[z+1]` and key tokens `cu_seqlens_k[z]..cu_seqlens_k[z+1]` of
+/// packed tensors (batch index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttnParams {
+    /// Q, K, V (read) and O (written): device addresses.
+    pub q: u64,
+    /// K.
+    pub k: u64,
+    /// V.
+    pub v: u64,
+    /// O.
+    pub o: u64,
+    /// Log-sum-exp output (f32), or 0 to skip it. Row `(z, h, t)` is at
+    /// `(batch_index·heads_q + h)·lse_seq_stride + q_start + t`.
+    pub lse: u64,
+    /// Cumulative query offsets (u32, `batch + 1`), or 0 for fixed-length batches.
+    pub cu_seqlens_q: u64,
+    /// Cumulative key offsets (u32), used when `cu_seqlens_q != 0`.
+    pub cu_seqlens_k: u64,
+    /// Strides (batch, seq, head) of Q.
+    pub q_strides: [u64; 3],
+    /// Strides of K.
+    pub k_strides: [u64; 3],
+    /// Strides of V.
+    pub v_strides: [u64; 3],
+    /// Strides of O.
+    pub o_strides: [u64; 3],
+    /// Query tokens per sequence (fixed-length batches).
+    pub seqlen_q: u32,
+    /// Key tokens per sequence (fixed-length batches).
+    pub seqlen_k: u32,
+    /// Query heads.
+    pub heads_q: u32,
+    /// Query heads per key/value head.
+    pub group: u32,
+    /// Head dimension (≤ the kernel's padded dimension).
+    pub head_dim: u32,
+    /// `scale·log2(e)`.
+    pub scale_log2: f32,
+    /// 1 for causal (bottom-right aligned), 0 otherwise.
+    pub causal: u32,
+    /// Keys per shared-memory tile (general kernel: a multiple of [`SIMT_KEY_CHUNK`]).
+    pub block_n: u32,
+    /// Row stride of the log-sum-exp output (seqlen_q, or total query tokens for varlen).
+    pub lse_seq_stride: u32,
+    /// Must be 0.
+    pub _pad: u32,
+}
+
+/// Query rows each thread group of the general kernel shares: 4 threads per row.
+pub const SIMT_THREADS_PER_ROW: u32 = 4;
+/// Keys the general kernel scores per register chunk (8 per thread × 4 threads).
+pub const SIMT_KEY_CHUNK: u32 = 32;
+/// Row padding (in f32) of the general kernel's Q and K tiles: keeps 16-byte shared loads of
+/// different rows in different banks.
+pub const SIMT_ROW_PAD: u32 = 4;
+/// The head dimensions the general kernel is instantiated for (a problem's `d` is padded up).
+pub const SIMT_HEAD_DIMS: [u32; 4] = [32, 64, 128, 256];
+
+/// Shared memory of the general kernel: Q tile `block_m × (D+pad)`, K tile `block_n × (D+pad)`
+/// and V tile `block_n × D`, all f32.
+pub const fn simt_shared_bytes(block_m: u32, block_n: u32, padded_dim: u32) -> u32 {
+    4 * (block_m * (padded_dim + SIMT_ROW_PAD) + block_n * (padded_dim + SIMT_ROW_PAD) + block_n * padded_dim)
+}
+
+/// Parameters of the row-softmax kernel of standard attention: one block per row of the score
+/// matrix `S` (f32, rows of `len_k`), writing probabilities `P` (storage type) and the
+/// log-sum-exp.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SoftmaxParams {
+    /// Scores S, f32, `rows × len_k`, row-major.
+    pub s: u64,
+    /// Probabilities P (storage type), `rows × len_k`, row-major.
+    pub p: u64,
+    /// Log-sum-exp output (f32) or 0. Row `r` = (head `r / len_q`, query `r % len_q`) goes to
+    /// `lse + (head·lse_head_stride + query)·4`.
+    pub lse: u64,
+    /// Rows (`heads × len_q`).
+    pub rows: u32,
+    /// Queries per head.
+    pub len_q: u32,
+    /// Keys per row.
+    pub len_k: u32,
+    /// Elements between heads in the log-sum-exp output.
+    pub lse_head_stride: u32,
+    /// `scale·log2(e)`.
+    pub scale_log2: f32,
+    /// 1 for causal (bottom-right aligned).
+    pub causal: u32,
+}
+
+/// Threads per block of the row-softmax kernel.
+pub const SOFTMAX_THREADS: u32 = 256;
+
+/// Dynamic shared memory of the row-softmax kernel: one (max, sum) state per warp.
+pub const SOFTMAX_SHARED_BYTES: u32 = 8 * SOFTMAX_THREADS / 32;

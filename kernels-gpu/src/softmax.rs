@@ -88,6 +88,14 @@ impl OnlineSoftmax {
         BlockStep { alpha, neg_max_scaled: -new_max * scale_log2 }
     }
 
+    /// The probability offset for the maximum as it stands (no rescaling): for a second pass
+    /// over scores that were all folded in already.
+    #[inline(always)]
+    pub fn current(&self, scale_log2: f32) -> BlockStep {
+        let neg_max_scaled = if self.max == f32::NEG_INFINITY { 0.0 } else { -self.max * scale_log2 };
+        BlockStep { alpha: 1.0, neg_max_scaled }
+    }
+
     /// Adds this block's probabilities (their sum, or this thread's part of it).
     #[inline(always)]
     pub fn add(&mut self, block_sum: f32) {

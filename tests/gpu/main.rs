@@ -3,6 +3,7 @@
 //! `FLASHATTN_REQUIRE_GPU=1` turns a missing GPU into a failure (the bundle sets it).
 //! `FLASHATTN_TEST_SMALL=1` shrinks shapes (for compute-sanitizer runs).
 
+mod attention;
 mod runtime;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ fn main() {
             Err(e.to_string())
         }
     };
-    let tests: Vec<(&'static str, GpuTest)> = runtime::TESTS.to_vec();
+    let tests: Vec<(&'static str, GpuTest)> = runtime::TESTS.iter().chain(attention::TESTS).copied().collect();
     let trials = tests
         .into_iter()
         .map(|(name, body)| match &device {

@@ -1,6 +1,19 @@
 //! Test support for flashattn, shared by the CPU suite (`tests/cpu`) and the GPU suite
-//! (`tests/gpu`): random inputs that are never zeros, and (with the oracle issue) the f64
-//! reference and the tolerance rule.
+//! (`tests/gpu`):
+//!
+//! - [`oracle`]: standard attention in f64 (the oracle) and in the input precision (the
+//!   baseline), both independent of the online-softmax recurrence they check;
+//! - [`case`]: a problem with its inputs and references, random ([`Case::random`]) or given;
+//! - [`tolerance`]: the rule an output must meet ([`check`]);
+//! - [`strategy`]: proptest strategies for shapes, options and input distributions.
+
+pub mod case;
+pub mod oracle;
+pub mod strategy;
+pub mod tolerance;
+
+pub use case::{Case, LayoutKind, Sequences, Spec, Values};
+pub use tolerance::{Report, check};
 
 use rand::Rng;
 

@@ -13,6 +13,11 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh bench [ARGS]    the benchmark executable
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# cuBLAS (for the standard-attention path): the CUDA toolkit's, or the one pip installed.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import site, glob; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
+  if ls "$d"/libcublas.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
+done
 export FLASHATTN_REQUIRE_GPU=1
 cmd="${1:-test}"; shift || true
 case "$cmd" in
@@ -33,12 +38,14 @@ case "$cmd" in
     exit $status ;;
   bench)
     exec "$here/bin/flashattn-bench" "$@" ;;
+  timing)
+    exec "$here/bin/timing" "$@" ;;
   *) echo "unknown command $cmd (test, sanitize, bench)"; exit 2 ;;
 esac
 "#;
 
 /// The release binaries the bundle carries besides the test executables.
-const BINARIES: &[&str] = &["flashattn-bench"];
+const BINARIES: &[&str] = &["flashattn-bench", "examples/timing"];
 
 /// One executable that cargo reported building.
 struct Artifact {
@@ -77,7 +84,7 @@ pub fn bundle(out: &Path) -> Result<()> {
     let artifacts = build_artifacts()?;
     let bin_build = cargo()
         .current_dir(root())
-        .args(["build", "--release", "--workspace", "--bins"])
+        .args(["build", "--release", "--workspace", "--bins", "--examples"])
         .status()
         .map_err(|e| e.to_string())?;
     if !bin_build.success() {
@@ -98,8 +105,9 @@ pub fn bundle(out: &Path) -> Result<()> {
     for &bin in BINARIES {
         let src = release.join(bin);
         if src.is_file() {
-            std::fs::copy(&src, out.join("bin").join(bin)).map_err(|e| e.to_string())?;
-            listed.push(format!("bin/{bin}"));
+            let name = Path::new(bin).file_name().unwrap_or_default();
+            std::fs::copy(&src, out.join("bin").join(name)).map_err(|e| e.to_string())?;
+            listed.push(format!("bin/{}", name.to_string_lossy()));
         }
     }
     let script = out.join("run.sh");

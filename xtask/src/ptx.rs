@@ -13,7 +13,13 @@ const TARGETS: [(&str, &str); 2] = [("sm_80", "flashattn_sm80.ptx"), ("sm_90a", 
 
 /// How the PTX is built. Part of the source hash, so a change here also marks the PTX stale.
 const RECIPE: &str = "cargo rustc --release --target nvptx64-nvidia-cuda -Zbuild-std=core --crate-type cdylib; \
-                      profile.release: panic=abort, codegen-units=1, opt-level=3; RUSTFLAGS=-C target-cpu=<arch>";
+                      profile.release: panic=abort, codegen-units=1, opt-level=3; RUSTFLAGS=-C target-cpu=<arch> -C llvm-args=-unroll-threshold=UNROLL_THRESHOLD";
+
+/// LLVM's unroll threshold for the kernels. The kernels keep per-thread tiles in register
+/// arrays indexed by loop counters; such an array stays in registers only when its loops are
+/// unrolled completely (CUDA C++ says `#pragma unroll`). LLVM's default threshold gives up on the
+/// larger head dimensions and moves the array to local memory, so it is raised.
+const UNROLL_THRESHOLD: u32 = 4000;
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
 struct Manifest {
@@ -60,7 +66,7 @@ fn source_hash() -> Result<String> {
     files_under(&crate_dir.join("src"), &mut files)?;
     files.sort();
     let mut h = Sha256::new();
-    h.update(RECIPE.as_bytes());
+    h.update(RECIPE.replace("UNROLL_THRESHOLD", &UNROLL_THRESHOLD.to_string()).as_bytes());
     for f in files {
         let rel = f.strip_prefix(&crate_dir).unwrap_or(&f).to_string_lossy().replace('\\', "/");
         let bytes = std::fs::read(&f).map_err(|e| format!("reading {}: {e}", f.display()))?;
@@ -85,7 +91,7 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
         .args(["--config", "profile.release.panic=\"abort\""])
         .args(["--config", "profile.release.codegen-units=1"])
         .args(["--config", "profile.release.opt-level=3"])
-        .env("RUSTFLAGS", format!("-C target-cpu={arch}"));
+        .env("RUSTFLAGS", format!("-C target-cpu={arch} -C llvm-args=-unroll-threshold={UNROLL_THRESHOLD}"));
     println!("ptx: building {arch} with {} ({})", tc.origin, tc.version);
     crate::util::run(&mut cmd)?;
     let out = target_dir.join("nvptx64-nvidia-cuda/release/flashattn_kernels.ptx");

@@ -3,6 +3,10 @@
 
 pub mod arch;
 mod fill;
+mod flash_mma;
+mod flash_simt;
+mod sequence;
+mod softmax_rows;
 
 /// A panic inside a kernel aborts the launch: the host sees `CUDA_ERROR_ILLEGAL_INSTRUCTION`
 /// (trap) as a launch error. The kernels are written so that no panic path is reachable

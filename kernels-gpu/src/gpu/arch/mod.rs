@@ -2,4 +2,10 @@
 //! Each wrapper is a few lines of `asm!` (or a `core::arch::nvptx` intrinsic) and documents the
 //! instruction it emits.
 
+pub mod cp_async;
+pub mod global;
+pub mod ldmatrix;
+pub mod mma;
+pub mod shared;
+pub mod shuffle;
 pub mod thread;

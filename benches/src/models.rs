@@ -1,0 +1,234 @@
+//! The numbers a row is judged by, from its shape alone: the FLOP count, modeled HBM traffic per
+//! method, and the layouts and options an attention call on the shape uses.
+//!
+//! FLOPs: `4·B·H·Nq·Nk·d` (two matrix products of `2·Nq·Nk·d` each), halved under the causal
+//! mask, summed over the ragged sequences for varlen: [`flashattn::Problem::flops`].
+//!
+//! Bytes (every tensor in its storage type, the log-sum-exp in f32):
+//! - flash: Q read once, O and the LSE written once, K and V read once per query tile
+//!   (`ceil(Nq/block_m)` passes; under the causal mask a tile reads the keys up to its last row's
+//!   diagonal, rounded up to `block_n`). No reuse through L2 is assumed, so this is an upper bound
+//!   on DRAM traffic; Nsight Compute's measured bytes show how much L2 saves.
+//! - standard: Q, K, V read once, S (f32) written and read, P (storage type) written and read,
+//!   O and the LSE written. The score GEMM is dense, so the causal mask saves no traffic.
+//! - compulsory: every input and output once: the floor any method pays.
+
+use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, VarLen};
+
+use crate::shapes::{Shape, Variant};
+
+/// Q, K, V and O layouts of a shape: `(B, N, H, d)` in memory (or `(B, H, N, d)` when `bhsd`);
+/// packed `(total tokens, H, d)` for varlen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layouts {
+    /// Q.
+    pub q: Layout,
+    /// K (and V).
+    pub k: Layout,
+    /// O (same as Q).
+    pub o: Layout,
+}
+
+impl Layouts {
+    /// The layouts of `shape`; `bhsd` selects PyTorch's memory order (ignored for varlen, which is
+    /// packed by tokens).
+    pub fn new(shape: &Shape, bhsd: bool) -> Layouts {
+        let (b, h, d) = (shape.batch, shape.heads, shape.head_dim);
+        if shape.mask.varlen() {
+            let (q, k) = shape.lengths();
+            let tq = q.iter().map(|&x| x as usize).sum();
+            let tk = k.iter().map(|&x| x as usize).sum();
+            let q = Layout::packed(tq, h, d);
+            return Layouts { q, k: Layout::packed(tk, h, d), o: q };
+        }
+        let make = if bhsd { Layout::bhsd } else { Layout::bshd };
+        let q = make(b, shape.seqlen_q, h, d);
+        Layouts { q, k: make(b, shape.seqlen_k, h, d), o: q }
+    }
+
+    /// Elements of Q (= O) and of K (= V).
+    pub fn lens(&self) -> (usize, usize) {
+        (self.q.required_len().unwrap_or(0), self.k.required_len().unwrap_or(0))
+    }
+}
+
+/// The options of one call: mask, varlen offsets, method and tile override.
+pub fn options(shape: &Shape, variant: Option<&Variant>) -> AttentionOptions {
+    let varlen = shape.mask.varlen().then(|| {
+        let (q, k) = shape.lengths();
+        VarLen::from_lengths(&q, &k)
+    });
+    let (method, tiles) = match variant {
+        Some(v) => (
+            v.method,
+            v.tiles.map_or(Tiles::default(), |t| Tiles { block_m: Some(t.block_m), block_n: Some(t.block_n) }),
+        ),
+        None => (Method::Flash, Tiles::default()),
+    };
+    AttentionOptions { causal: shape.mask.causal(), varlen, method, tiles, scale: None }
+}
+
+/// The validated problem of a shape (the library's own checks).
+pub fn problem(shape: &Shape) -> Result<Problem, InvalidInput> {
+    let l = Layouts::new(shape, false);
+    let (lq, lk) = l.lens();
+    Problem::new(l.q, l.k, l.k, l.o, [lq, lk, lk, lq], &options(shape, None))
+}
+
+/// FLOPs of one call (see the module doc).
+pub fn flops(shape: &Shape) -> f64 {
+    problem(shape).map_or(0.0, |p| p.flops())
+}
+
+/// Bytes of the log-sum-exp output (f32 per query row and head).
+pub fn lse_bytes(shape: &Shape) -> u64 {
+    let (q, _) = shape.lengths();
+    4 * shape.heads as u64 * q.iter().map(|&x| x as u64).sum::<u64>()
+}
+
+/// Bytes of Q, K, V, O and the LSE: one input set and its outputs.
+pub fn io_bytes(shape: &Shape) -> u64 {
+    let l = Layouts::new(shape, false);
+    let (q, k) = l.lens();
+    (2 * q as u64 + 2 * k as u64) * shape.dtype.size_bytes() as u64 + lse_bytes(shape)
+}
+
+/// Every input and output once.
+pub fn compulsory_bytes(shape: &Shape) -> f64 {
+    io_bytes(shape) as f64
+}
+
+/// Modeled HBM bytes of the flash kernel with `block_m × block_n` tiles (see the module doc).
+pub fn flash_bytes(shape: &Shape, block_m: usize, block_n: usize) -> f64 {
+    let (e, d, h) = (shape.dtype.size_bytes() as f64, shape.head_dim as f64, shape.heads as f64);
+    let (block_m, block_n) = (block_m.max(1), block_n.max(1));
+    let (qs, ks) = shape.lengths();
+    let mut total = 0.0;
+    for (&nq, &nk) in qs.iter().zip(&ks) {
+        let (nq, nk) = (nq as usize, nk as usize);
+        let mut kv_keys = 0usize;
+        for r0 in (0..nq).step_by(block_m) {
+            let last = (r0 + block_m).min(nq) - 1;
+            let visible = if shape.mask.causal() { (last + 1 + nk).saturating_sub(nq).min(nk) } else { nk };
+            kv_keys += (visible.div_ceil(block_n) * block_n).min(nk);
+        }
+        // Q read, O written, LSE written; K and V per query tile.
+        total += h * (2.0 * nq as f64 * d * e + 4.0 * nq as f64 + 2.0 * kv_keys as f64 * d * e);
+    }
+    total
+}
+
+/// Modeled HBM bytes of standard attention (see the module doc).
+pub fn standard_bytes(shape: &Shape) -> f64 {
+    let (e, d, h) = (shape.dtype.size_bytes() as f64, shape.head_dim as f64, shape.heads as f64);
+    let (qs, ks) = shape.lengths();
+    let mut total = 0.0;
+    for (&nq, &nk) in qs.iter().zip(&ks) {
+        let (nq, nk) = (nq as f64, nk as f64);
+        let qkv_o = (2.0 * nq + 2.0 * nk) * d * e;
+        let s = 2.0 * 4.0 * nq * nk;
+        let p = 2.0 * e * nq * nk;
+        total += h * (qkv_o + s + p + 4.0 * nq);
+    }
+    total
+}
+
+/// Modeled bytes of `method` with the tiles its plan chose.
+pub fn method_bytes(shape: &Shape, method: Method, block_m: usize, block_n: usize) -> f64 {
+    match method {
+        Method::Standard => standard_bytes(shape),
+        _ => flash_bytes(shape, block_m, block_n),
+    }
+}
+
+/// Extra memory of the CPU methods: standard materializes every score (f32), the tiled method
+/// holds one Q, K, V and accumulator tile plus one row of scores and the softmax states.
+pub fn cpu_extra_bytes(shape: &Shape, tiled: Option<(usize, usize)>) -> u64 {
+    let (qs, ks) = shape.lengths();
+    match tiled {
+        None => {
+            let pairs: u64 = qs.iter().zip(&ks).map(|(&q, &k)| q as u64 * k as u64).sum();
+            4 * shape.heads as u64 * pairs
+        }
+        Some((bm, bn)) => {
+            let max_q = qs.iter().copied().max().unwrap_or(0) as usize;
+            let max_k = ks.iter().copied().max().unwrap_or(0) as usize;
+            let (bm, bn, d) = (bm.min(max_q.max(1)) as u64, bn.min(max_k.max(1)) as u64, shape.head_dim as u64);
+            4 * (2 * bm * d + 2 * bn * d + bn) + bm * size_of::<flashattn::kernels::softmax::OnlineSoftmax>() as u64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::Mask;
+    use flashattn::DType;
+
+    fn shape(mask: Mask, nq: usize, nk: usize) -> Shape {
+        Shape { dtype: DType::BF16, batch: 2, heads: 3, seqlen_q: nq, seqlen_k: nk, head_dim: 64, mask }
+    }
+
+    #[test]
+    fn flops_follow_the_written_formula() {
+        let s = shape(Mask::Dense, 1024, 1024);
+        assert_eq!(flops(&s), 4.0 * 2.0 * 3.0 * 1024.0 * 1024.0 * 64.0);
+        assert_eq!(flops(&shape(Mask::Causal, 1024, 1024)), flops(&s) / 2.0);
+        let decode = shape(Mask::Dense, 1, 4096);
+        assert_eq!(flops(&decode), 4.0 * 2.0 * 3.0 * 4096.0 * 64.0);
+        // Varlen: Σ Nq·Nk over the ragged sequences.
+        let v = Shape { batch: 4, ..shape(Mask::Varlen, 100, 100) };
+        let (q, k) = v.lengths();
+        let pairs: f64 = q.iter().zip(&k).map(|(&a, &b)| a as f64 * b as f64).sum();
+        assert_eq!(flops(&v), 4.0 * pairs * 3.0 * 64.0);
+    }
+
+    #[test]
+    fn flash_bytes_count_kv_once_per_query_tile() {
+        let s = shape(Mask::Dense, 256, 512);
+        let (b, h, d, e) = (2.0, 3.0, 64.0, 2.0);
+        let q_o_lse = b * h * (2.0 * 256.0 * d * e + 4.0 * 256.0);
+        let kv = |passes: f64| b * h * passes * 2.0 * 512.0 * d * e;
+        assert_eq!(flash_bytes(&s, 64, 64), q_o_lse + kv(4.0));
+        assert_eq!(flash_bytes(&s, 128, 64), q_o_lse + kv(2.0));
+        assert_eq!(flash_bytes(&s, 100, 64), q_o_lse + kv(3.0));
+        // Causal, square, block_m = block_n = 64: tile i reads (i+1)·64 keys.
+        let c = shape(Mask::Causal, 256, 256);
+        let keys = 64.0 * (1.0 + 2.0 + 3.0 + 4.0);
+        assert_eq!(flash_bytes(&c, 64, 64), q_o_lse + b * h * 2.0 * keys * d * e);
+        assert!(flash_bytes(&c, 64, 64) >= compulsory_bytes(&c));
+    }
+
+    #[test]
+    fn standard_bytes_include_both_nxn_round_trips() {
+        let s = shape(Mask::Causal, 128, 128);
+        let (b, h, n, d, e) = (2.0, 3.0, 128.0, 64.0, 2.0);
+        let want = b * h * (4.0 * n * d * e + 8.0 * n * n + 2.0 * e * n * n + 4.0 * n);
+        assert_eq!(standard_bytes(&s), want);
+        assert_eq!(method_bytes(&s, Method::Standard, 1, 128), want);
+        assert_eq!(io_bytes(&s) as f64, b * h * (4.0 * n * d * e + 4.0 * n));
+    }
+
+    #[test]
+    fn cpu_memory_models() {
+        let s = Shape { batch: 1, heads: 2, ..shape(Mask::Dense, 300, 200) };
+        assert_eq!(cpu_extra_bytes(&s, None), 4 * 2 * 300 * 200);
+        let tiled = cpu_extra_bytes(&s, Some((64, 64)));
+        assert!(tiled < 64 * 1024, "{tiled}");
+    }
+
+    #[test]
+    fn layouts_and_problem_agree_with_the_library() {
+        let s = shape(Mask::Causal, 33, 65);
+        let p = problem(&s).unwrap();
+        assert_eq!(p.flops(), flops(&s));
+        let bhsd = Layouts::new(&s, true);
+        assert_eq!(bhsd.q.head_stride, 33 * 64);
+        assert_eq!(bhsd.lens(), Layouts::new(&s, false).lens());
+        let v = Shape { batch: 3, ..shape(Mask::VarlenCausal, 50, 50) };
+        let l = Layouts::new(&v, false);
+        assert_eq!((l.q.batch, l.q.seqlen), (1, 150));
+        assert!(problem(&v).is_ok());
+        assert!(options(&v, None).varlen.is_some());
+    }
+}

@@ -1,0 +1,654 @@
+//! What a sweep measures: shapes (dtype, batch, heads, sequence lengths, head dim, mask), the
+//! method variants run on each, the named presets, and the expansion of a preset plus command-line
+//! overrides into the list of cases.
+
+use flashattn::{DType, Method};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Tokens per batch (B·N) of the headline grid.
+pub const HEADLINE_TOKENS: usize = 16_384;
+/// Hidden size (H·d) of the headline grid.
+pub const HEADLINE_HIDDEN: usize = 2_048;
+/// Sequence lengths of the headline grid.
+pub const HEADLINE_SEQLENS: [usize; 5] = [1024, 2048, 4096, 8192, 16_384];
+/// Largest tensor (Q, K, V or O) a sweep may ask for, in bytes: far beyond the presets, it
+/// catches a typo before any memory is touched.
+pub const MAX_TENSOR_BYTES: u64 = 16 << 30;
+
+/// Which keys each query sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize)]
+pub enum Mask {
+    /// Every query sees every key.
+    #[value(name = "none")]
+    #[serde(rename = "none")]
+    Dense,
+    /// Query `i` sees keys `j ≤ i + Nk − Nq` (bottom-right aligned).
+    #[value(name = "causal")]
+    #[serde(rename = "causal")]
+    Causal,
+    /// Ragged sequence lengths around N (same total tokens), packed, no causal mask.
+    #[value(name = "varlen")]
+    #[serde(rename = "varlen")]
+    Varlen,
+    /// Ragged sequence lengths with the causal mask.
+    #[value(name = "varlen-causal")]
+    #[serde(rename = "varlen-causal")]
+    VarlenCausal,
+}
+
+impl Mask {
+    /// The name used on the command line and in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mask::Dense => "none",
+            Mask::Causal => "causal",
+            Mask::Varlen => "varlen",
+            Mask::VarlenCausal => "varlen-causal",
+        }
+    }
+
+    /// Whether the causal mask applies.
+    pub const fn causal(self) -> bool {
+        matches!(self, Mask::Causal | Mask::VarlenCausal)
+    }
+
+    /// Whether the batch is packed variable-length sequences.
+    pub const fn varlen(self) -> bool {
+        matches!(self, Mask::Varlen | Mask::VarlenCausal)
+    }
+}
+
+/// The element types a sweep may ask for (clap's view of [`DType`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DTypeArg {
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl From<DTypeArg> for DType {
+    fn from(d: DTypeArg) -> DType {
+        match d {
+            DTypeArg::Bf16 => DType::BF16,
+            DTypeArg::F16 => DType::F16,
+            DTypeArg::F32 => DType::F32,
+        }
+    }
+}
+
+/// A tile override `block_m × block_n` for the flash kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TileSpec {
+    /// Query rows per block.
+    pub block_m: usize,
+    /// Keys per tile.
+    pub block_n: usize,
+}
+
+impl std::fmt::Display for TileSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.block_m, self.block_n)
+    }
+}
+
+impl std::str::FromStr for TileSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TileSpec, String> {
+        let bad = || format!("malformed tiles `{s}`: expected BLOCK_MxBLOCK_N with positive integers, e.g. 64x64");
+        let (m, n) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+        let m: usize = m.trim().parse().map_err(|_| bad())?;
+        let n: usize = n.trim().parse().map_err(|_| bad())?;
+        if m == 0 || n == 0 {
+            return Err(bad());
+        }
+        Ok(TileSpec { block_m: m, block_n: n })
+    }
+}
+
+/// One method run on a shape: the method and, for the flash kernels, an optional tile override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    /// Which implementation.
+    pub method: Method,
+    /// Tile override (`None`: the library's choice).
+    pub tiles: Option<TileSpec>,
+}
+
+impl Variant {
+    /// `flash`, or `flash 32x64` with a tile override.
+    pub fn label(&self) -> String {
+        match self.tiles {
+            Some(t) => format!("{} {t}", self.method),
+            None => self.method.name().to_string(),
+        }
+    }
+}
+
+/// Whether a method takes tile overrides (the flash kernels do; standard attention does not).
+pub fn takes_tiles(method: Method) -> bool {
+    !matches!(method, Method::Standard)
+}
+
+/// One problem shape. K and V have as many heads as Q.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// Element type of Q, K, V and O.
+    pub dtype: DType,
+    /// Sequences (for varlen: how many ragged sequences are packed).
+    pub batch: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Query tokens per sequence (for varlen: with ragged lengths, the mean).
+    pub seqlen_q: usize,
+    /// Key tokens per sequence (for varlen: the mean).
+    pub seqlen_k: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Mask.
+    pub mask: Mask,
+}
+
+impl Shape {
+    /// The key that identifies this shape in every record (ours and the peers'), e.g.
+    /// `bf16/B16/H16/N1024x1024/d128/causal`.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/B{}/H{}/N{}x{}/d{}/{}",
+            self.dtype,
+            self.batch,
+            self.heads,
+            self.seqlen_q,
+            self.seqlen_k,
+            self.head_dim,
+            self.mask.name()
+        )
+    }
+
+    /// Per-sequence (query, key) lengths: all equal, or ragged for varlen.
+    pub fn lengths(&self) -> (Vec<u32>, Vec<u32>) {
+        if !self.mask.varlen() {
+            return (vec![self.seqlen_q as u32; self.batch], vec![self.seqlen_k as u32; self.batch]);
+        }
+        let k = varlen_lengths(self.batch, self.seqlen_k);
+        let q = if self.seqlen_q == self.seqlen_k { k.clone() } else { vec![self.seqlen_q as u32; self.batch] };
+        (q, k)
+    }
+
+    /// Elements of Q (= O) and of K (= V).
+    pub fn elems(&self) -> (u64, u64) {
+        let row = (self.heads * self.head_dim) as u64;
+        (self.batch as u64 * self.seqlen_q as u64 * row, self.batch as u64 * self.seqlen_k as u64 * row)
+    }
+
+    /// Whether PyTorch's `scaled_dot_product_attention` computes the same thing: no varlen, and
+    /// causal only with Nq == Nk (its `is_causal` is top-left aligned, ours bottom-right).
+    pub fn peer_comparable(&self) -> bool {
+        !self.mask.varlen() && (!self.mask.causal() || self.seqlen_q == self.seqlen_k)
+    }
+
+    /// Whether this is a shape of the headline grid: B·N = 16384, H·d = 2048, Nq = Nk, no varlen,
+    /// 16-bit dtype.
+    pub fn is_headline(&self) -> bool {
+        self.batch * self.seqlen_k == HEADLINE_TOKENS
+            && self.heads * self.head_dim == HEADLINE_HIDDEN
+            && self.seqlen_q == self.seqlen_k
+            && !self.mask.varlen()
+            && matches!(self.dtype, DType::BF16 | DType::F16)
+    }
+}
+
+/// Ragged lengths around `n` for `batch` sequences, summing to `batch·n`, each at least 1:
+/// uniform in about [n/2, 3n/2), drawn from a generator seeded by `(batch, n)`, so every run and
+/// every machine gets the same lengths.
+pub fn varlen_lengths(batch: usize, n: usize) -> Vec<u32> {
+    if batch <= 1 || n <= 1 {
+        return vec![n as u32; batch];
+    }
+    let mut rng = SmallRng::seed_from_u64((batch as u64) << 32 ^ n as u64 ^ 0x5eed_1e45);
+    let mut lens: Vec<i64> =
+        (0..batch).map(|_| ((n as f64) * (0.5 + rng.random::<f64>())).round().max(1.0) as i64).collect();
+    let target = (batch * n) as i64;
+    let mut diff = target - lens.iter().sum::<i64>();
+    let mut i = 0;
+    while diff != 0 {
+        let step = diff.signum();
+        if lens[i] + step >= 1 {
+            lens[i] += step;
+            diff -= step;
+        }
+        i = (i + 1) % batch;
+    }
+    lens.into_iter().map(|l| l as u32).collect()
+}
+
+/// How the batch (or the heads) of a block is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// A fixed number.
+    Fixed(usize),
+    /// `total / N` for the batch (B·N = total tokens), `total / d` for heads (H·d = hidden).
+    Per(usize),
+}
+
+impl Size {
+    /// The count for a divisor (N for the batch, d for the heads), at least 1.
+    pub fn resolve(self, divisor: usize) -> usize {
+        match self {
+            Size::Fixed(x) => x,
+            Size::Per(total) => (total / divisor.max(1)).max(1),
+        }
+    }
+}
+
+/// A grid of shapes and the variants run on each, part of a preset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// Which part of the sweep this is (headline, d256, varlen, decode, tiles, wall, …).
+    pub group: &'static str,
+    /// Element types.
+    pub dtypes: Vec<DType>,
+    /// Head dimensions.
+    pub head_dims: Vec<usize>,
+    /// Key sequence lengths N.
+    pub seqlens: Vec<usize>,
+    /// Query length when it differs from N (decode-like), else `None` (Nq = N).
+    pub seqlen_q: Option<usize>,
+    /// Batch rule.
+    pub batch: Size,
+    /// Heads rule.
+    pub heads: Size,
+    /// Masks.
+    pub masks: Vec<Mask>,
+    /// Methods.
+    pub methods: Vec<Method>,
+    /// Tile overrides for the flash methods (`None` entry: the library default).
+    pub tiles: Vec<Option<TileSpec>>,
+    /// Whether to measure the complete path (upload, layout, launch overhead, download).
+    pub complete: bool,
+}
+
+/// Named sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preset {
+    /// A small cut of everything (headline shapes at N = 1024 and 4096, a varlen, a decode, an f32
+    /// and an f16 row, a few tile overrides): about a minute on one GPU.
+    Quick,
+    /// Exactly bf16 and f16 × d ∈ {64, 128} × causal ∈ {no, yes} × N ∈ {1024 … 16384}, with
+    /// B = 16384/N and H = 2048/d.
+    Headline,
+    /// The headline grid plus d = 256, f32, varlen, decode (Nq = 1), tile and memory-wall sweeps.
+    Full,
+    /// The CPU sweep (what `run` falls back to without a GPU).
+    Cpu,
+}
+
+const ALL_GPU_METHODS: [Method; 3] = [Method::Flash, Method::FlashTensorCore, Method::Standard];
+
+fn block(group: &'static str, dtypes: &[DType], head_dims: &[usize], seqlens: &[usize]) -> Block {
+    Block {
+        group,
+        dtypes: dtypes.to_vec(),
+        head_dims: head_dims.to_vec(),
+        seqlens: seqlens.to_vec(),
+        seqlen_q: None,
+        batch: Size::Per(HEADLINE_TOKENS),
+        heads: Size::Per(HEADLINE_HIDDEN),
+        masks: vec![Mask::Dense, Mask::Causal],
+        methods: ALL_GPU_METHODS.to_vec(),
+        tiles: vec![None],
+        complete: false,
+    }
+}
+
+/// Every valid tile of the general flash kernel that the tile sweep visits.
+fn tile_grid() -> Vec<Option<TileSpec>> {
+    let mut v = Vec::new();
+    for block_m in [16, 32, 64] {
+        for block_n in [32, 64, 128] {
+            v.push(Some(TileSpec { block_m, block_n }));
+        }
+    }
+    v
+}
+
+impl Preset {
+    /// The blocks of this preset, before command-line overrides.
+    pub fn blocks(self) -> Vec<Block> {
+        use DType::{BF16, F16, F32};
+        let headline = Block {
+            complete: true,
+            ..block("headline", &[BF16, F16], &[64, 128], &HEADLINE_SEQLENS)
+        };
+        match self {
+            Preset::Headline => vec![headline],
+            Preset::Quick => vec![
+                Block { complete: true, ..block("headline", &[BF16], &[64, 128], &[1024, 4096]) },
+                Block {
+                    masks: vec![Mask::VarlenCausal],
+                    methods: vec![Method::Flash, Method::Standard],
+                    ..block("varlen", &[BF16], &[128], &[2048])
+                },
+                Block {
+                    seqlen_q: Some(1),
+                    batch: Size::Fixed(16),
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::Flash, Method::Standard],
+                    ..block("decode", &[BF16], &[128], &[4096])
+                },
+                Block {
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::Flash, Method::Standard],
+                    ..block("dtype", &[F32, F16], &[128], &[1024])
+                },
+                Block {
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::Flash],
+                    tiles: [(16, 64), (32, 64), (64, 32), (64, 128)]
+                        .map(|(block_m, block_n)| Some(TileSpec { block_m, block_n }))
+                        .to_vec(),
+                    ..block("tiles", &[BF16], &[128], &[4096])
+                },
+            ],
+            Preset::Full => vec![
+                headline,
+                block("d256", &[BF16], &[256], &HEADLINE_SEQLENS),
+                Block {
+                    methods: vec![Method::Flash, Method::Standard],
+                    ..block("dtype", &[F32], &[64, 128], &[1024, 2048, 4096])
+                },
+                Block {
+                    masks: vec![Mask::Varlen, Mask::VarlenCausal],
+                    methods: vec![Method::Flash, Method::Standard],
+                    ..block("varlen", &[BF16], &[64, 128], &[1024, 2048, 4096])
+                },
+                Block {
+                    seqlen_q: Some(1),
+                    batch: Size::Fixed(16),
+                    masks: vec![Mask::Dense],
+                    ..block("decode", &[BF16], &[64, 128], &[1024, 4096, 16_384])
+                },
+                Block {
+                    methods: vec![Method::Flash],
+                    tiles: tile_grid(),
+                    ..block("tiles", &[BF16], &[64, 128], &[4096])
+                },
+                // The memory wall: one sequence, N growing until standard attention's N×N buffers
+                // no longer fit (at N = 65536 they need about 412 GB).
+                Block {
+                    batch: Size::Fixed(1),
+                    heads: Size::Fixed(16),
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::Standard],
+                    ..block("wall", &[BF16], &[128], &[4096, 8192, 16_384, 32_768, 65_536])
+                },
+                Block {
+                    batch: Size::Fixed(1),
+                    heads: Size::Fixed(16),
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::Flash],
+                    ..block("wall", &[BF16], &[128], &[4096, 8192, 16_384, 32_768])
+                },
+            ],
+            Preset::Cpu => vec![Block {
+                batch: Size::Fixed(1),
+                heads: Size::Fixed(2),
+                methods: vec![],
+                ..block("cpu", &[F32], &[64], &[128, 256, 512, 1024])
+            }],
+        }
+    }
+}
+
+/// Command-line overrides of a preset's axes; `None` keeps the preset's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// Key sequence lengths.
+    pub seqlens: Option<Vec<usize>>,
+    /// Head dims.
+    pub head_dims: Option<Vec<usize>>,
+    /// Batch rule.
+    pub batch: Option<Size>,
+    /// Heads rule.
+    pub heads: Option<Size>,
+    /// Masks.
+    pub masks: Option<Vec<Mask>>,
+    /// Dtypes.
+    pub dtypes: Option<Vec<DType>>,
+    /// Query length (decode-like when different from N).
+    pub seqlen_q: Option<usize>,
+    /// Tile overrides for the flash methods.
+    pub tiles: Option<Vec<Option<TileSpec>>>,
+    /// Methods.
+    pub methods: Option<Vec<Method>>,
+    /// Complete-path measurements: `Some(true)` for every shape, `Some(false)` for none.
+    pub complete: Option<bool>,
+}
+
+impl Overrides {
+    /// Applies the overrides to one block.
+    pub fn apply(&self, mut b: Block) -> Block {
+        if let Some(x) = &self.seqlens {
+            b.seqlens = x.clone();
+        }
+        if let Some(x) = &self.head_dims {
+            b.head_dims = x.clone();
+        }
+        if let Some(x) = self.batch {
+            b.batch = x;
+        }
+        if let Some(x) = self.heads {
+            b.heads = x;
+        }
+        if let Some(x) = &self.masks {
+            b.masks = x.clone();
+        }
+        if let Some(x) = &self.dtypes {
+            b.dtypes = x.clone();
+        }
+        if let Some(x) = self.seqlen_q {
+            b.seqlen_q = Some(x);
+        }
+        if let Some(x) = &self.tiles {
+            b.tiles = x.clone();
+        }
+        if let Some(x) = &self.methods {
+            b.methods = x.clone();
+        }
+        if let Some(x) = self.complete {
+            b.complete = x;
+        }
+        b
+    }
+}
+
+/// One shape and everything run on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    /// The shape.
+    pub shape: Shape,
+    /// Which block it came from first.
+    pub group: &'static str,
+    /// Methods and tile overrides, each one row.
+    pub variants: Vec<Variant>,
+    /// Whether to measure the complete path on this shape.
+    pub complete: bool,
+}
+
+/// Expands blocks into cases, one per distinct shape (a shape that two blocks produce runs once,
+/// with the variants of both), in the order the blocks list them.
+pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
+    let mut cases: Vec<Case> = Vec::new();
+    for b in blocks {
+        for &dtype in &b.dtypes {
+            for &head_dim in &b.head_dims {
+                for &mask in &b.masks {
+                    for &n in &b.seqlens {
+                        let shape = Shape {
+                            dtype,
+                            batch: b.batch.resolve(n),
+                            heads: b.heads.resolve(head_dim),
+                            seqlen_q: b.seqlen_q.unwrap_or(n),
+                            seqlen_k: n,
+                            head_dim,
+                            mask,
+                        };
+                        check_shape(&shape)?;
+                        let mut variants = Vec::new();
+                        for &method in &b.methods {
+                            if takes_tiles(method) {
+                                variants.extend(b.tiles.iter().map(|&tiles| Variant { method, tiles }));
+                            } else {
+                                variants.push(Variant { method, tiles: None });
+                            }
+                        }
+                        match cases.iter_mut().find(|c| c.shape == shape) {
+                            Some(c) => {
+                                for v in variants {
+                                    if !c.variants.contains(&v) {
+                                        c.variants.push(v);
+                                    }
+                                }
+                                c.complete |= b.complete;
+                            }
+                            None => cases.push(Case { shape, group: b.group, variants, complete: b.complete }),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// Refuses shapes no run should attempt (zero extents, a head dim over the library's limit, a
+/// tensor over [`MAX_TENSOR_BYTES`]).
+pub fn check_shape(s: &Shape) -> Result<(), String> {
+    if s.head_dim == 0 || s.head_dim > flashattn::MAX_HEAD_DIM {
+        return Err(format!("head dim {} is outside 1..={}", s.head_dim, flashattn::MAX_HEAD_DIM));
+    }
+    if s.batch == 0 || s.heads == 0 || s.seqlen_q == 0 || s.seqlen_k == 0 {
+        return Err(format!("shape {} has a zero extent", s.key()));
+    }
+    let (q, k) = s.elems();
+    let bytes = q.max(k).saturating_mul(s.dtype.size_bytes() as u64);
+    if bytes > MAX_TENSOR_BYTES {
+        return Err(format!(
+            "shape {} needs a {:.1} GiB tensor; the limit is {} GiB",
+            s.key(),
+            bytes as f64 / (1u64 << 30) as f64,
+            MAX_TENSOR_BYTES >> 30
+        ));
+    }
+    if s.mask.varlen() && s.batch as u64 * s.seqlen_k as u64 > u32::MAX as u64 {
+        return Err(format!("shape {} has more packed tokens than 2³²", s.key()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headline_is_the_issue_grid() {
+        let cases = expand(&Preset::Headline.blocks()).unwrap();
+        assert_eq!(cases.len(), 2 * 2 * 2 * 5);
+        for c in &cases {
+            let s = &c.shape;
+            assert_eq!(s.batch * s.seqlen_k, 16_384, "{}", s.key());
+            assert_eq!(s.heads * s.head_dim, 2048, "{}", s.key());
+            assert!(s.is_headline());
+            assert!(c.complete);
+            let methods: Vec<_> = c.variants.iter().map(|v| v.method).collect();
+            assert_eq!(methods, [Method::Flash, Method::FlashTensorCore, Method::Standard]);
+        }
+        assert!(cases.iter().any(|c| c.shape.key() == "bf16/B1/H16/N16384x16384/d128/causal"));
+        assert!(cases.iter().any(|c| c.shape.key() == "f16/B16/H32/N1024x1024/d64/none"));
+    }
+
+    #[test]
+    fn full_merges_duplicate_shapes_and_keeps_their_variants() {
+        let cases = expand(&Preset::Full.blocks()).unwrap();
+        let mut keys: Vec<_> = cases.iter().map(|c| c.shape.key()).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "every shape once");
+        let tiled = cases.iter().find(|c| c.shape.key() == "bf16/B4/H16/N4096x4096/d128/none").unwrap();
+        assert_eq!(tiled.group, "headline");
+        assert!(tiled.variants.len() >= 3 + 9);
+        let wall = cases.iter().find(|c| c.shape.key() == "bf16/B1/H16/N65536x65536/d128/none").unwrap();
+        assert_eq!(wall.variants, [Variant { method: Method::Standard, tiles: None }]);
+        assert!(cases.iter().any(|c| c.shape.seqlen_q == 1 && c.shape.seqlen_k == 16_384));
+        assert!(cases.iter().any(|c| c.shape.head_dim == 256 && c.shape.heads == 8));
+    }
+
+    #[test]
+    fn overrides_replace_axes() {
+        let o = Overrides {
+            seqlens: Some(vec![512]),
+            head_dims: Some(vec![32]),
+            batch: Some(Size::Fixed(3)),
+            heads: Some(Size::Fixed(5)),
+            masks: Some(vec![Mask::Causal]),
+            dtypes: Some(vec![DType::F32]),
+            seqlen_q: Some(7),
+            tiles: Some(vec![Some(TileSpec { block_m: 16, block_n: 32 })]),
+            methods: Some(vec![Method::Flash, Method::Standard]),
+            complete: Some(false),
+        };
+        let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
+        let cases = expand(&blocks).unwrap();
+        assert_eq!(cases.len(), 1);
+        assert_eq!(cases[0].shape.key(), "f32/B3/H5/N7x512/d32/causal");
+        assert_eq!(cases[0].variants.len(), 2);
+        assert_eq!(cases[0].variants[0].label(), "flash 16x32");
+        assert!(!cases[0].complete);
+    }
+
+    #[test]
+    fn tiles_parse_and_reject_malformed() {
+        assert_eq!("64x32".parse::<TileSpec>(), Ok(TileSpec { block_m: 64, block_n: 32 }));
+        for bad in ["64", "x64", "64x", "0x64", "64x0", "a x b", "64*64", "-1x2"] {
+            let e = bad.parse::<TileSpec>().unwrap_err();
+            assert!(e.contains("BLOCK_MxBLOCK_N"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn varlen_lengths_are_ragged_deterministic_and_keep_the_total() {
+        for (b, n) in [(1, 100), (2, 1024), (16, 1024), (7, 33), (4, 4096)] {
+            let l = varlen_lengths(b, n);
+            assert_eq!(l.len(), b);
+            assert_eq!(l.iter().map(|&x| x as usize).sum::<usize>(), b * n);
+            assert!(l.iter().all(|&x| x >= 1));
+            assert_eq!(l, varlen_lengths(b, n));
+            if b > 2 {
+                assert!(l.iter().any(|&x| x as usize != n), "{l:?}");
+            }
+        }
+        let s = Shape { dtype: DType::BF16, batch: 4, heads: 2, seqlen_q: 1, seqlen_k: 64, head_dim: 8, mask: Mask::Varlen };
+        let (q, k) = s.lengths();
+        assert_eq!(q, [1, 1, 1, 1]);
+        assert_eq!(k.iter().sum::<u32>(), 256);
+    }
+
+    #[test]
+    fn shape_checks() {
+        let mut s = Shape { dtype: DType::F32, batch: 1, heads: 1, seqlen_q: 8, seqlen_k: 8, head_dim: 257, mask: Mask::Dense };
+        assert!(check_shape(&s).unwrap_err().contains("1..=256"));
+        s.head_dim = 64;
+        assert!(check_shape(&s).is_ok());
+        s.seqlen_k = 1 << 40;
+        assert!(check_shape(&s).unwrap_err().contains("GiB"));
+        let decode = Shape { mask: Mask::Causal, seqlen_q: 1, seqlen_k: 64, ..s.clone() };
+        assert!(!decode.peer_comparable(), "torch's is_causal is top-left aligned");
+        assert!(Shape { mask: Mask::Dense, ..decode.clone() }.peer_comparable());
+        assert!(!Shape { mask: Mask::Varlen, ..decode }.peer_comparable());
+    }
+}

@@ -1,0 +1,31 @@
+//! `cp.async`: asynchronous 16-byte copies from global to shared memory (sm_80+), grouped and
+//! waited on per thread. A barrier is still needed before other threads read what arrived.
+
+use core::arch::asm;
+
+/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies 16 bytes, or writes 16 zero
+/// bytes when `valid` is false (then nothing is read from `src`, which must still be a valid
+/// address: pass the tensor's base).
+///
+/// # Safety
+/// `dst` 16-byte aligned inside the block's shared memory; `src` 16-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn copy16(dst: u32, src: u64, valid: bool) {
+    let n: u32 = if valid { 16 } else { 0 };
+    // SAFETY: caller's contract.
+    unsafe { asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) n) };
+}
+
+/// `cp.async.commit_group`: closes the group of copies issued since the last commit.
+#[inline(always)]
+pub fn commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.commit_group;") };
+}
+
+/// `cp.async.wait_group N`: waits until at most `N` of this thread's groups are still in flight.
+#[inline(always)]
+pub fn wait<const N: u32>() {
+    // SAFETY: no memory operands.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N) };
+}

@@ -1,0 +1,120 @@
+//! Global memory: element loads and stores by 64-bit address, converting to and from f32.
+//!
+//! Inputs are read through the non-coherent (read-only) cache path, `ld.global.nc`: a kernel
+//! never writes what it reads.
+
+use core::arch::asm;
+
+/// A storage format: how to read one element as f32 and write one from f32.
+pub trait Storage {
+    /// Bytes per element.
+    const BYTES: u64;
+    /// Reads the element at `addr` (read-only input).
+    ///
+    /// # Safety
+    /// `addr` must be a valid, aligned global address of one element.
+    unsafe fn load(addr: u64) -> f32;
+    /// Writes `x` rounded to this format (round to nearest even) at `addr`.
+    ///
+    /// # Safety
+    /// As `load`, writable.
+    unsafe fn store(addr: u64, x: f32);
+}
+
+/// IEEE half.
+pub struct F16;
+/// bfloat16.
+pub struct Bf16;
+/// IEEE single.
+pub struct F32;
+
+#[inline(always)]
+unsafe fn load_b16(addr: u64) -> u16 {
+    let h: u16;
+    // SAFETY: caller's contract.
+    unsafe { asm!("ld.global.nc.b16 {h}, [{a}];", h = out(reg16) h, a = in(reg64) addr) };
+    h
+}
+
+#[inline(always)]
+unsafe fn store_b16(addr: u64, h: u16) {
+    // SAFETY: caller's contract.
+    unsafe { asm!("st.global.b16 [{a}], {h};", a = in(reg64) addr, h = in(reg16) h) };
+}
+
+impl Storage for F16 {
+    const BYTES: u64 = 2;
+    #[inline(always)]
+    unsafe fn load(addr: u64) -> f32 {
+        // SAFETY: caller's contract.
+        let h = unsafe { load_b16(addr) };
+        let x: f32;
+        // SAFETY: register conversion (exact).
+        unsafe { asm!("cvt.f32.f16 {x}, {h};", x = out(reg32) x, h = in(reg16) h) };
+        x
+    }
+    #[inline(always)]
+    unsafe fn store(addr: u64, x: f32) {
+        let h: u16;
+        // SAFETY: register conversion.
+        unsafe { asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x) };
+        // SAFETY: caller's contract.
+        unsafe { store_b16(addr, h) };
+    }
+}
+
+impl Storage for Bf16 {
+    const BYTES: u64 = 2;
+    #[inline(always)]
+    unsafe fn load(addr: u64) -> f32 {
+        // SAFETY: caller's contract.
+        let h = unsafe { load_b16(addr) };
+        f32::from_bits((h as u32) << 16)
+    }
+    #[inline(always)]
+    unsafe fn store(addr: u64, x: f32) {
+        let h: u16;
+        // SAFETY: register conversion (sm_80+).
+        unsafe { asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x) };
+        // SAFETY: caller's contract.
+        unsafe { store_b16(addr, h) };
+    }
+}
+
+impl Storage for F32 {
+    const BYTES: u64 = 4;
+    #[inline(always)]
+    unsafe fn load(addr: u64) -> f32 {
+        let x: f32;
+        // SAFETY: caller's contract.
+        unsafe { asm!("ld.global.nc.f32 {x}, [{a}];", x = out(reg32) x, a = in(reg64) addr) };
+        x
+    }
+    #[inline(always)]
+    unsafe fn store(addr: u64, x: f32) {
+        // SAFETY: caller's contract.
+        unsafe { asm!("st.global.f32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
+    }
+}
+
+/// Reads a `u32` (sequence offsets).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_u32(addr: u64) -> u32 {
+    let x: u32;
+    // SAFETY: caller's contract.
+    unsafe { asm!("ld.global.nc.u32 {x}, [{a}];", x = out(reg32) x, a = in(reg64) addr) };
+    x
+}
+
+/// Writes an f32 (log-sum-exp rows).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_f32(addr: u64, x: f32) {
+    // SAFETY: caller's contract.
+    unsafe { F32::store(addr, x) };
+}

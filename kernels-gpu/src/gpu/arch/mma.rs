@@ -1,0 +1,71 @@
+//! Warp-level tensor-core products: `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32`.
+//!
+//! Fragment layouts (lane `l`, `g = l / 4`, `t = l % 4`), 16-bit elements packed in pairs:
+//! - A (16×16, row-major) in 4 registers: `a0` = (row g, cols 2t..2t+1), `a1` = (row g+8, cols
+//!   2t..), `a2` = (row g, cols 2t+8..), `a3` = (row g+8, cols 2t+8..);
+//! - B (16×8, "col": element (k, n) with k fastest) in 2 registers: `b0` = (k 2t..2t+1, n g),
+//!   `b1` = (k 2t+8.., n g);
+//! - C/D (16×8, f32) in 4 registers: `c0, c1` = (row g, cols 2t, 2t+1), `c2, c3` = (row g+8, …).
+
+use core::arch::asm;
+
+/// A 16-bit tensor-core input type.
+pub trait MmaElement {
+    /// `d += a·b` for one 16×8×16 tile, f32 accumulation.
+    fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32);
+    /// Packs two f32 into one register of this type (`lo` in the low half), rounding to nearest.
+    fn pack(lo: f32, hi: f32) -> u32;
+}
+
+/// bfloat16 operands.
+pub struct Bf16;
+/// IEEE half operands.
+pub struct F16;
+
+impl MmaElement for Bf16 {
+    #[inline(always)]
+    fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
+        // SAFETY: register-only warp-wide instruction; all lanes of the warp execute it.
+        unsafe {
+            asm!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+                d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
+                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                b0 = in(reg32) b0, b1 = in(reg32) b1,
+                options(pure, nomem, nostack),
+            )
+        };
+    }
+
+    #[inline(always)]
+    fn pack(lo: f32, hi: f32) -> u32 {
+        let r: u32;
+        // SAFETY: register conversion; the first source goes to the upper half.
+        unsafe { asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack)) };
+        r
+    }
+}
+
+impl MmaElement for F16 {
+    #[inline(always)]
+    fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
+        // SAFETY: as for bf16.
+        unsafe {
+            asm!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+                d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
+                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                b0 = in(reg32) b0, b1 = in(reg32) b1,
+                options(pure, nomem, nostack),
+            )
+        };
+    }
+
+    #[inline(always)]
+    fn pack(lo: f32, hi: f32) -> u32 {
+        let r: u32;
+        // SAFETY: register conversion; the first source goes to the upper half.
+        unsafe { asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack)) };
+        r
+    }
+}

@@ -1,0 +1,51 @@
+//! Warp shuffles (`shfl.sync`), all lanes participating (member mask `0xffffffff`).
+
+use core::arch::asm;
+
+/// `shfl.sync.bfly.b32`: the value of lane `lane ^ mask`.
+#[inline(always)]
+pub fn xor(x: f32, mask: u32) -> f32 {
+    let y: f32;
+    // SAFETY: register-only warp exchange; every lane of the warp executes it (callers keep it
+    // out of divergent code).
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {y}, {x}, {m}, 0x1f, 0xffffffff;", y = out(reg32) y, x = in(reg32) x, m = in(reg32) mask)
+    };
+    y
+}
+
+/// `shfl.sync.idx.b32`: the value of lane `src`.
+#[inline(always)]
+pub fn idx(x: f32, src: u32) -> f32 {
+    let y: f32;
+    // SAFETY: as `xor`.
+    unsafe {
+        asm!("shfl.sync.idx.b32 {y}, {x}, {s}, 0x1f, 0xffffffff;", y = out(reg32) y, x = in(reg32) x, s = in(reg32) src)
+    };
+    y
+}
+
+/// Maximum over groups of 4 consecutive lanes (butterfly over lane bits 0 and 1).
+#[inline(always)]
+pub fn max4(x: f32) -> f32 {
+    let x = x.max(xor(x, 1));
+    x.max(xor(x, 2))
+}
+
+/// Sum over groups of 4 consecutive lanes.
+#[inline(always)]
+pub fn sum4(x: f32) -> f32 {
+    let x = x + xor(x, 1);
+    x + xor(x, 2)
+}
+
+/// Maximum over the whole warp.
+#[inline(always)]
+pub fn max32(mut x: f32) -> f32 {
+    let mut m = 16;
+    while m > 0 {
+        x = x.max(xor(x, m));
+        m >>= 1;
+    }
+    x
+}

@@ -1,0 +1,304 @@
+//! The tensor-core flash-attention forward kernel (f16/bf16, sm_80+): `mma.sync` m16n8k16 with
+//! f32 accumulators for both `S = Q·Kᵀ` and `O += P·V`.
+//!
+//! One block owns `block_m` query rows of one (sequence, head); each warp owns `MI` 16-row
+//! slabs of them and every key of a tile. Per key tile:
+//! 1. `V_j` starts streaming into its shared buffer (`cp.async`) while the warps compute
+//!    `S = Q·K_jᵀ` from shared memory (`ldmatrix` for both operands).
+//! 2. The online softmax runs on the accumulators in registers: row maxima over the four lanes
+//!    of a quad, the shared recurrence ([`OnlineSoftmax`]) rescales the output accumulators, and
+//!    each score becomes a probability with one FMA and one `ex2` (log2(e) is in the scale).
+//! 3. `K_{j+1}` starts streaming into the K buffer, and `O += P·V_j`, where `P` goes from the
+//!    accumulator layout to the A-operand layout in registers (no shared-memory round trip) and
+//!    `V` is read with `ldmatrix.trans`.
+//!
+//! Shared tiles are row-major with 16-byte chunks XOR-swizzled by `row % 8`, so that both the
+//! `cp.async` writes and the `ldmatrix` reads of 8 consecutive rows hit 8 different bank groups.
+//! Causal tiles wholly above the diagonal are never visited; only tiles that cross the diagonal
+//! or the end of the sequence are masked. Causal grids run the longest rows first.
+
+use super::arch::cp_async;
+use super::arch::ldmatrix;
+use super::arch::mma::{Bf16, F16, MmaElement};
+use super::arch::shared;
+use super::arch::shuffle;
+use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
+use super::sequence::SeqView;
+use crate::config::{MMA_D64, MMA_D128, MMA_D256, MmaConfig};
+use crate::mask;
+use crate::params::AttnParams;
+use crate::softmax::OnlineSoftmax;
+
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
+#[inline(always)]
+fn swizzle(row: u32, chunk: u32, chunks: u32) -> u32 {
+    16 * (row * chunks + (chunk ^ (row % 8)))
+}
+
+/// Issues the copies of rows `row0..row0+rows` of head `h` of a 16-bit tensor into a swizzled
+/// shared tile; rows at or past `len` are zero-filled. Every thread of the block takes part.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn load_tile(
+    tile: u32,
+    chunks: u32,
+    threads: u32,
+    src: u64,
+    seq: &SeqView,
+    strides: &[u64; 3],
+    start: u64,
+    h: u32,
+    row0: u32,
+    rows: u32,
+    len: u32,
+) {
+    let mut i = thread_x();
+    while i < rows * chunks {
+        let r = i / chunks;
+        let c = i % chunks;
+        let t = row0 + r;
+        let valid = t < len;
+        let addr = if valid { src + 2 * (seq.offset(strides, start, t, h) + 8 * c as u64) } else { src };
+        // SAFETY: inside the tile; the source is in the tensor (host validation and alignment
+        // checks) or not read at all.
+        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks), addr, valid) };
+        i += threads;
+    }
+}
+
+/// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
+/// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
+/// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles.
+///
+/// # Safety
+/// `p` must describe valid 16-bit tensors with 16-byte aligned rows (host checks); launch with
+/// `32·W` threads and `2·D·(BM + 2·BN)` bytes of dynamic shared memory.
+#[inline(always)]
+unsafe fn flash_fwd_mma<
+    E: MmaElement,
+    const D: usize,
+    const BM: usize,
+    const BN: usize,
+    const W: usize,
+    const MI: usize,
+    const NT: usize,
+    const DT: usize,
+>(
+    p: &AttnParams,
+) {
+    const {
+        assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 64 == 0);
+    };
+    let threads = 32 * W as u32;
+    let tid = thread_x();
+    let warp = tid / 32;
+    let lane = tid % 32;
+    let (g, t4) = (lane / 4, lane % 4);
+    let (h, z) = (block_y(), block_z());
+    let causal = p.causal != 0;
+    // Causal: the last query tiles see the most keys; start them first.
+    let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
+    // SAFETY: offsets are valid for every z of the grid (host).
+    let seq = unsafe { SeqView::of(p, z) };
+    let m0 = m_block * BM as u32;
+    if m0 >= seq.len_q {
+        return;
+    }
+    let kv_h = h / p.group;
+    let chunks = D as u32 / 8;
+    let q_tile = shared::base();
+    let k_tile = q_tile + 2 * (BM * D) as u32;
+    let v_tile = k_tile + 2 * (BN * D) as u32;
+
+    let row_end = (m0 + BM as u32).min(seq.len_q);
+    let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
+    let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
+    let n_tiles = n_end.div_ceil(BN as u32);
+
+    // Q and the first K tile.
+    // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
+    unsafe {
+        load_tile(q_tile, chunks, threads, p.q, &seq, &p.q_strides, seq.q_start, h, m0, BM as u32, seq.len_q);
+        if n_tiles > 0 {
+            load_tile(k_tile, chunks, threads, p.k, &seq, &p.k_strides, seq.k_start, kv_h, 0, BN as u32, seq.len_k);
+        }
+    }
+    cp_async::commit();
+
+    let mut o = [[[0.0f32; 4]; DT]; MI];
+    let mut state = [[OnlineSoftmax::new(); 2]; MI];
+    let warp_row0 = warp * (MI * 16) as u32;
+    // ldmatrix row addresses of this lane: for A (Q) tiles and for B (K, V) tiles.
+    let a_row = warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2);
+    let a_chunk = lane / 16;
+    let kb_row = (lane % 8) + 8 * (lane / 16);
+    let kb_chunk = (lane / 8) % 2;
+    let vb_row = (lane % 8) + 8 * ((lane / 8) % 2);
+    let vb_chunk = lane / 16;
+
+    for j in 0..n_tiles {
+        let n0 = j * BN as u32;
+        cp_async::wait::<0>();
+        sync_threads(); // K_j (and Q) visible to all; every warp is done with V_{j-1}
+        // SAFETY: as above.
+        unsafe {
+            load_tile(v_tile, chunks, threads, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, BN as u32, seq.len_k)
+        };
+        cp_async::commit();
+
+        // S = Q·K_jᵀ
+        let mut s = [[[0.0f32; 4]; NT]; MI];
+        for kk in 0..D / 16 {
+            let mut a = [[0u32; 4]; MI];
+            for (mi, am) in a.iter_mut().enumerate() {
+                let row = a_row + 16 * mi as u32;
+                // SAFETY: inside the Q tile, 16-byte aligned.
+                *am = unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) };
+            }
+            for np in 0..NT / 2 {
+                let row = 16 * np as u32 + kb_row;
+                // SAFETY: inside the K tile.
+                let b = unsafe { ldmatrix::x4(k_tile + swizzle(row, 2 * kk as u32 + kb_chunk, chunks)) };
+                for mi in 0..MI {
+                    E::mma(&mut s[mi][2 * np], &a[mi], b[0], b[1]);
+                    E::mma(&mut s[mi][2 * np + 1], &a[mi], b[2], b[3]);
+                }
+            }
+        }
+
+        // Mask the tiles that cross the diagonal or the end of the keys.
+        if n0 + (BN as u32) > free_end {
+            for (mi, sm) in s.iter_mut().enumerate() {
+                for (nt, st) in sm.iter_mut().enumerate() {
+                    for (e, x) in st.iter_mut().enumerate() {
+                        let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * (e as u32 / 2);
+                        let key = n0 + 8 * nt as u32 + 2 * t4 + (e as u32 % 2);
+                        if key >= seq.len_k || (causal && !mask::visible(row, key, seq.len_q, seq.len_k)) {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+
+        // Online softmax on the accumulators: rows g (elements 0, 1) and g+8 (elements 2, 3).
+        for mi in 0..MI {
+            for half in 0..2 {
+                let mut m = f32::NEG_INFINITY;
+                for st in &s[mi] {
+                    m = m.max(st[2 * half]).max(st[2 * half + 1]);
+                }
+                let step = state[mi][half].step(shuffle::max4(m), p.scale_log2);
+                let mut sum = 0.0;
+                for st in s[mi].iter_mut() {
+                    for e in 0..2 {
+                        let x = step.prob(st[2 * half + e], p.scale_log2);
+                        st[2 * half + e] = x;
+                        sum += x;
+                    }
+                }
+                state[mi][half].add(sum);
+                for ot in o[mi].iter_mut() {
+                    ot[2 * half] *= step.alpha;
+                    ot[2 * half + 1] *= step.alpha;
+                }
+            }
+        }
+
+        cp_async::wait::<0>();
+        sync_threads(); // V_j visible; every warp is done with K_j
+        if j + 1 < n_tiles {
+            // SAFETY: as above.
+            unsafe {
+                load_tile(k_tile, chunks, threads, p.k, &seq, &p.k_strides, seq.k_start, kv_h, n0 + BN as u32, BN as u32, seq.len_k)
+            };
+        }
+        cp_async::commit();
+
+        // O += P·V_j, with P repacked from accumulators into A fragments.
+        for ks in 0..BN / 16 {
+            let mut a = [[0u32; 4]; MI];
+            for (mi, am) in a.iter_mut().enumerate() {
+                let (lo, hi) = (&s[mi][2 * ks], &s[mi][2 * ks + 1]);
+                *am = [E::pack(lo[0], lo[1]), E::pack(lo[2], lo[3]), E::pack(hi[0], hi[1]), E::pack(hi[2], hi[3])];
+            }
+            for dp in 0..DT / 2 {
+                let row = 16 * ks as u32 + vb_row;
+                // SAFETY: inside the V tile.
+                let b = unsafe { ldmatrix::x4_trans(v_tile + swizzle(row, 2 * dp as u32 + vb_chunk, chunks)) };
+                for mi in 0..MI {
+                    E::mma(&mut o[mi][2 * dp], &a[mi], b[0], b[1]);
+                    E::mma(&mut o[mi][2 * dp + 1], &a[mi], b[2], b[3]);
+                }
+            }
+        }
+    }
+    cp_async::wait::<0>();
+
+    // Normalise and store: each lane writes pairs of adjacent columns of rows g and g+8.
+    for mi in 0..MI {
+        for half in 0..2 {
+            let mut st = state[mi][half];
+            st.sum = shuffle::sum4(st.sum);
+            let res = st.finish(p.scale_log2);
+            let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
+            if row < seq.len_q {
+                let o_row = p.o + 2 * seq.offset(&p.o_strides, seq.q_start, row, h);
+                for (dt, ot) in o[mi].iter().enumerate() {
+                    let col = 8 * dt as u32 + 2 * t4;
+                    let packed = E::pack(ot[2 * half] * res.inv_sum, ot[2 * half + 1] * res.inv_sum);
+                    // SAFETY: row < len_q, col + 1 < D: inside O, 4-byte aligned (host checks).
+                    unsafe { store_u32_global(o_row + 2 * col as u64, packed) };
+                }
+                if t4 == 0 && p.lse != 0 {
+                    let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + row as u64;
+                    // SAFETY: inside the log-sum-exp output (host sizing).
+                    unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
+                }
+            }
+        }
+    }
+}
+
+/// `st.global.b32`.
+#[inline(always)]
+unsafe fn store_u32_global(addr: u64, x: u32) {
+    // SAFETY: caller's contract.
+    unsafe { core::arch::asm!("st.global.b32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
+}
+
+macro_rules! mma_kernels {
+    ($($name:ident => $elem:ty, $cfg:expr;)*) => {$(
+        /// Tensor-core flash-attention forward kernel (see the module docs).
+        ///
+        /// # Safety
+        /// See [`flash_fwd_mma`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: AttnParams) {
+            const C: MmaConfig = $cfg;
+            const MI: usize = (C.block_m / (16 * C.warps)) as usize;
+            // SAFETY: forwarded contract.
+            unsafe {
+                flash_fwd_mma::<
+                    $elem,
+                    { C.head_dim as usize },
+                    { C.block_m as usize },
+                    { C.block_n as usize },
+                    { C.warps as usize },
+                    MI,
+                    { (C.block_n / 8) as usize },
+                    { (C.head_dim / 8) as usize },
+                >(&p)
+            }
+        }
+    )*};
+}
+
+mma_kernels! {
+    flash_fwd_mma_f16_d64 => F16, MMA_D64;
+    flash_fwd_mma_f16_d128 => F16, MMA_D128;
+    flash_fwd_mma_f16_d256 => F16, MMA_D256;
+    flash_fwd_mma_bf16_d64 => Bf16, MMA_D64;
+    flash_fwd_mma_bf16_d128 => Bf16, MMA_D128;
+    flash_fwd_mma_bf16_d256 => Bf16, MMA_D256;
+}

@@ -1,0 +1,320 @@
+//! Attention on the GPU against the f64 oracle: every method, every dtype, random shapes (the
+//! CPU suite's strategies) and the tensor-core kernel's own shapes, with the same tolerance rule.
+//! Outputs and log-sum-exp are poisoned with NaN before every launch and every element is
+//! checked, also the ones no output position addresses (they must stay NaN).
+
+use flashattn::{
+    AttentionOptions, DType, Device, DeviceBuffer, Element, Error, InvalidInput, Layout, Method, Problem, Tiles,
+    bf16, f16,
+};
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::tolerance::check_untouched;
+use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values, check};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::GpuTest;
+
+pub const TESTS: &[(&str, GpuTest)] = &[
+    ("attention::random_flash_f16", random::<f16, 0>),
+    ("attention::random_flash_bf16", random::<bf16, 0>),
+    ("attention::random_flash_f32", random::<f32, 0>),
+    ("attention::random_standard_f16", random::<f16, 1>),
+    ("attention::random_standard_bf16", random::<bf16, 1>),
+    ("attention::random_standard_f32", random::<f32, 1>),
+    ("attention::random_tensor_core_f16", random::<f16, 2>),
+    ("attention::random_tensor_core_bf16", random::<bf16, 2>),
+    ("attention::tensor_core_shapes_f16", tensor_core_shapes::<f16>),
+    ("attention::tensor_core_shapes_bf16", tensor_core_shapes::<bf16>),
+    ("attention::deterministic_across_runs", deterministic),
+    ("attention::standard_memory_wall_is_an_error", memory_wall),
+    ("attention::invalid_input_writes_nothing", invalid_writes_nothing),
+    ("attention::tile_overrides_checked", tile_overrides),
+    ("attention::auto_picks_tensor_cores", auto_plan),
+];
+
+const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
+
+fn small() -> bool {
+    std::env::var("FLASHATTN_TEST_SMALL").is_ok_and(|v| v == "1")
+}
+
+/// Random cases per test: `FLASHATTN_GPU_CASES`, else 48 (8 with `FLASHATTN_TEST_SMALL=1`).
+fn cases() -> u32 {
+    std::env::var("FLASHATTN_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(if small() { 8 } else { 48 })
+}
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+/// Outputs of one GPU run.
+struct Outputs<T> {
+    out: Vec<T>,
+    lse: Vec<f32>,
+}
+
+/// Runs `case` with `opts` on the GPU into NaN-poisoned outputs. `Ok(None)` when the method does
+/// not support the case (only the tensor-core method may say so).
+fn run<T: Element>(dev: &Device, case: &Case<T>, opts: &AttentionOptions) -> Result<Option<Outputs<T>>, String> {
+    let p = &case.problem;
+    let q = dev.upload(&case.q).map_err(e2s)?;
+    let k = dev.upload(&case.k).map_err(e2s)?;
+    let v = dev.upload(&case.v).map_err(e2s)?;
+    let mut out: DeviceBuffer<T> = dev.alloc(case.out_len()).map_err(e2s)?;
+    let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
+    dev.fill_nan(&mut out).map_err(e2s)?;
+    dev.fill_nan(&mut lse).map_err(e2s)?;
+    let r = dev.attention(q.view(p.q), k.view(p.k), v.view(p.v), out.view_mut(p.o), Some(&mut lse), opts);
+    match r {
+        Ok(_) => {}
+        Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) if opts.method == Method::FlashTensorCore => {
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("{e}\n{case}")),
+    }
+    dev.synchronize().map_err(e2s)?;
+    Ok(Some(Outputs { out: dev.download(&out).map_err(e2s)?, lse: dev.download(&lse).map_err(e2s)? }))
+}
+
+/// Runs and checks one case: the tolerance rule on every output and log-sum-exp element, and
+/// nothing written outside the output layout.
+fn run_and_check<T: Element>(dev: &Device, case: &Case<T>, method: Method) -> Result<bool, String> {
+    let opts = AttentionOptions { method, ..case.opts.clone() };
+    let Some(o) = run(dev, case, &opts)? else { return Ok(false) };
+    check(case, &o.out, Some(&o.lse)).map_err(|e| format!("method {method}:\n{e}"))?;
+    check_untouched(case, &o.out).map_err(|e| format!("method {method}:\n{e}"))?;
+    Ok(true)
+}
+
+/// Tiles the GPU kernels accept, derived from the drawn override so that sweeps vary them.
+fn gpu_tiles(drawn: Tiles, method: Method) -> Tiles {
+    match method {
+        Method::Flash => Tiles {
+            block_m: drawn.block_m.map(|m| [16, 32, 64][m % 3]),
+            block_n: drawn.block_n.map(|n| 32 * (1 + n % 4)),
+        },
+        _ => Tiles::default(),
+    }
+}
+
+/// Makes a spec fit the tensor-core kernel: a head dim it has, 16-byte aligned layouts.
+fn for_tensor_cores(spec: &mut Spec, pick: usize) {
+    spec.head_dim = [64, 128, 256][pick % 3];
+    if matches!(spec.layout, LayoutKind::Padded | LayoutKind::Mixed) {
+        spec.layout = if pick % 2 == 0 { LayoutKind::Bshd } else { LayoutKind::Bhsd };
+    }
+}
+
+/// Random cases (the CPU suite's strategy) through one method: `M` indexes [`METHODS`].
+fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
+    let method = METHODS[M];
+    if method == Method::FlashTensorCore && T::DTYPE == DType::F32 {
+        return Ok(());
+    }
+    let budget = if method == Method::FlashTensorCore { DEFAULT_MAX_WORK / 4 } else { DEFAULT_MAX_WORK };
+    let strategy = (spec_with(budget), 0..6usize);
+    let mut runner = TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, pick)| {
+        spec.tiles = gpu_tiles(spec.tiles, method);
+        if method == Method::FlashTensorCore {
+            for_tensor_cores(&mut spec, pick);
+        }
+        let case = Case::<T>::random(&mut rand::rng(), &spec);
+        if run_and_check(dev, &case, method).map_err(TestCaseError::fail)? {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} {method}: {e}", T::DTYPE))?;
+    if method == Method::FlashTensorCore && ran.into_inner() == 0 {
+        return Err("the tensor-core kernel ran none of the cases".into());
+    }
+    Ok(())
+}
+
+fn spec(sequences: Sequences, heads_q: usize, heads_k: usize, d: usize, causal: bool, layout: LayoutKind) -> Spec {
+    Spec {
+        sequences,
+        heads_q,
+        heads_k,
+        head_dim: d,
+        causal,
+        scale: None,
+        tiles: Tiles::default(),
+        layout,
+        values: Values::Normal,
+    }
+}
+
+fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
+    Sequences::Batch { batch: b, seqlen_q: nq, seqlen_k: nk }
+}
+
+/// The tensor-core kernel on shapes chosen to hit its edges: lengths that are not multiples of
+/// the tiles (97, 1025), Nq ≠ Nk both ways with causal masks, decode (Nq = 1), GQA and MQA,
+/// varlen with empty sequences, both memory orders, large logits.
+fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Bhsd, Bshd};
+    let mut specs = Vec::new();
+    for d in [64, 128, 256] {
+        for causal in [false, true] {
+            specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, Bshd));
+            specs.push(spec(batch(1, 1025, 1025), 1, 1, d, causal, Bhsd));
+            specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, Bshd));
+            specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, Bhsd));
+            specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, Bshd));
+            specs.push(spec(
+                Sequences::VarLen { q_lens: vec![65, 0, 129, 1, 200], k_lens: vec![70, 3, 0, 64, 200], spare_q: 1, spare_k: 2 },
+                2,
+                2,
+                d,
+                causal,
+                Bshd,
+            ));
+        }
+        let mut s = spec(batch(1, 200, 200), 2, 1, d, true, Bshd);
+        s.values = Values::LargeLogits;
+        specs.push(s);
+    }
+    if small() {
+        specs.retain(|s| s.head_dim != 256);
+    }
+    for s in &specs {
+        let case = Case::<T>::random(&mut rand::rng(), s);
+        if !run_and_check(dev, &case, Method::FlashTensorCore)? {
+            return Err(format!("the tensor-core kernel refused a case it should run:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// Same inputs, same bits: each method twice (and the flash kernels with their atomics-free
+/// reductions must agree with themselves exactly).
+fn deterministic(dev: &Device) -> Result<(), String> {
+    let s = spec(batch(2, 300, 300), 4, 2, 128, true, LayoutKind::Bshd);
+    let case = Case::<bf16>::random(&mut rand::rng(), &s);
+    for method in METHODS {
+        let opts = AttentionOptions { method, ..case.opts.clone() };
+        let a = run(dev, &case, &opts)?.ok_or("unsupported")?;
+        let b = run(dev, &case, &opts)?.ok_or("unsupported")?;
+        let same = a.out.iter().zip(&b.out).all(|(x, y)| x.to_bits() == y.to_bits())
+            && a.lse.iter().zip(&b.lse).all(|(x, y)| x.to_bits() == y.to_bits());
+        if !same {
+            return Err(format!("{method}: two runs on the same inputs differ"));
+        }
+    }
+    Ok(())
+}
+
+/// Standard attention at a length whose N×N matrices cannot fit: a typed error with the bytes,
+/// and the output untouched.
+fn memory_wall(dev: &Device) -> Result<(), String> {
+    let (n, h, d) = (1 << 17, 16, 64);
+    let l = Layout::bshd(1, n, h, d);
+    let len = l.required_len().unwrap_or(0);
+    let q: DeviceBuffer<bf16> = dev.alloc_zeros(len).map_err(e2s)?;
+    let mut out: DeviceBuffer<bf16> = dev.alloc(len).map_err(e2s)?;
+    dev.fill_nan(&mut out).map_err(e2s)?;
+    let opts = AttentionOptions { method: Method::Standard, ..Default::default() };
+    let r = dev.attention(q.view(l), q.view(l), q.view(l), out.view_mut(l), None, &opts);
+    let needed = (h * n * n) as u64 * 6;
+    match r {
+        Err(Error::OutOfMemory { requested, .. }) if requested == needed => {}
+        other => return Err(format!("expected OutOfMemory of {needed} bytes, got {other:?}")),
+    }
+    let back = dev.download(&out).map_err(e2s)?;
+    if !back.iter().all(|x| x.to_f32().is_nan()) {
+        return Err("the refused call wrote to the output".into());
+    }
+    // The same shape through the flash kernel needs no such memory.
+    let p = dev
+        .plan::<bf16>(&Problem::new(l, l, l, l, [len; 4], &AttentionOptions::default()).map_err(|e| e.to_string())?, &AttentionOptions::default())
+        .map_err(e2s)?;
+    if p.extra_bytes != 0 {
+        return Err(format!("flash plan allocates {} extra bytes", p.extra_bytes));
+    }
+    Ok(())
+}
+
+/// Invalid inputs are refused before any work, on every method, with nothing written.
+fn invalid_writes_nothing(dev: &Device) -> Result<(), String> {
+    let l = Layout::bshd(1, 64, 2, 64);
+    let len = l.required_len().unwrap_or(0);
+    let q = dev.upload(&vec![f16::from_f32(0.5); len]).map_err(e2s)?;
+    let mut out: DeviceBuffer<f16> = dev.alloc(len).map_err(e2s)?;
+    let mut lse: DeviceBuffer<f32> = dev.alloc(2 * 64).map_err(e2s)?;
+    for method in METHODS {
+        dev.fill_nan(&mut out).map_err(e2s)?;
+        dev.fill_nan(&mut lse).map_err(e2s)?;
+        let bad_scale = AttentionOptions { method, scale: Some(f32::NAN), ..Default::default() };
+        let r = dev.attention(q.view(l), q.view(l), q.view(l), out.view_mut(l), Some(&mut lse), &bad_scale);
+        if !matches!(r, Err(Error::InvalidInput(InvalidInput::Scale { .. }))) {
+            return Err(format!("{method}: expected a scale error, got {r:?}"));
+        }
+        let short = Layout { seqlen: 65, ..l };
+        let opts = AttentionOptions { method, ..Default::default() };
+        let r = dev.attention(q.view(l), q.view(short), q.view(short), out.view_mut(l), Some(&mut lse), &opts);
+        if !matches!(r, Err(Error::InvalidInput(InvalidInput::BufferTooSmall { tensor: "k", .. }))) {
+            return Err(format!("{method}: expected BufferTooSmall for k, got {r:?}"));
+        }
+        let o = dev.download(&out).map_err(e2s)?;
+        let s = dev.download(&lse).map_err(e2s)?;
+        if !o.iter().all(|x| x.to_f32().is_nan()) || !s.iter().all(|x| x.is_nan()) {
+            return Err(format!("{method}: a refused call wrote output"));
+        }
+    }
+    Ok(())
+}
+
+/// Tile overrides: valid ones are used as given, invalid ones are errors before any launch.
+fn tile_overrides(dev: &Device) -> Result<(), String> {
+    let l = Layout::bshd(1, 100, 1, 100);
+    let problem = Problem::new(l, l, l, l, [l.required_len().unwrap_or(0); 4], &AttentionOptions::default())
+        .map_err(|e| e.to_string())?;
+    let with = |method, block_m, block_n| AttentionOptions {
+        method,
+        tiles: Tiles { block_m: Some(block_m), block_n: Some(block_n) },
+        ..Default::default()
+    };
+    let plan = dev.plan::<f32>(&problem, &with(Method::Flash, 16, 96)).map_err(e2s)?;
+    if (plan.block_m, plan.block_n) != (16, 96) {
+        return Err(format!("override not used: {plan}"));
+    }
+    for (m, n) in [(48, 64), (32, 48), (64, 1024)] {
+        let r = dev.plan::<f32>(&problem, &with(Method::Flash, m, n));
+        if !matches!(r, Err(Error::InvalidInput(InvalidInput::Tiles { .. }))) {
+            return Err(format!("tiles {m}×{n}: expected a Tiles error, got {r:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// `Auto` runs the tensor-core kernel where it applies and the general one elsewhere.
+fn auto_plan(dev: &Device) -> Result<(), String> {
+    let plan_for = |dtype: DType, d: usize| -> Result<Method, String> {
+        let l = Layout::bshd(2, 256, 4, d);
+        let problem = Problem::new(l, l, l, l, [l.required_len().unwrap_or(0); 4], &AttentionOptions::default())
+            .map_err(|e| e.to_string())?;
+        let opts = AttentionOptions::default();
+        let plan = match dtype {
+            DType::F16 => dev.plan::<f16>(&problem, &opts),
+            DType::BF16 => dev.plan::<bf16>(&problem, &opts),
+            DType::F32 => dev.plan::<f32>(&problem, &opts),
+        };
+        Ok(plan.map_err(e2s)?.method)
+    };
+    for (dtype, d, expect) in [
+        (DType::BF16, 128, Method::FlashTensorCore),
+        (DType::F16, 64, Method::FlashTensorCore),
+        (DType::BF16, 256, Method::FlashTensorCore),
+        (DType::BF16, 96, Method::Flash),
+        (DType::F32, 128, Method::Flash),
+    ] {
+        let got = plan_for(dtype, d)?;
+        if got != expect {
+            return Err(format!("{dtype} d={d}: auto chose {got}, expected {expect}"));
+        }
+    }
+    Ok(())
+}
