@@ -1,6 +1,6 @@
 //! The GPU entry point: [`Device::attention`], its tensors, and the launch plan it returns.
 
-use flashattn_kernels::config::{MMA_CONFIGS, mma_config};
+use flashattn_kernels::config::{MMA_CONFIGS, mma_default, mma_find};
 use flashattn_kernels::params::{
     AttnParams, SIMT_HEAD_DIMS, SIMT_KEY_CHUNK, SIMT_THREADS_PER_ROW, simt_shared_bytes,
 };
@@ -163,13 +163,14 @@ impl Device {
     fn plan_mma(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
         let unsupported = |why: String| InvalidInput::Unsupported { method: "flash-tc", why };
         let d = problem.q.head_dim;
-        let config = mma_config(d as u32).filter(|_| dtype != DType::F32).ok_or_else(|| {
-            unsupported(format!(
-                "{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)",
-                MMA_CONFIGS.map(|c| c.head_dim)
-            ))
+        let head_dims = || {
+            let mut v: Vec<u32> = MMA_CONFIGS.iter().map(|c| c.head_dim).collect();
+            v.dedup();
+            v
+        };
+        let default = mma_default(d as u32).filter(|_| dtype != DType::F32).ok_or_else(|| {
+            unsupported(format!("{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)", head_dims()))
         })?;
-        let kernel = Kernel::flash_mma(dtype, config.head_dim).ok_or_else(|| unsupported(format!("{dtype}")))?;
         for (name, l) in [("q", &problem.q), ("k", &problem.k), ("v", &problem.v), ("o", &problem.o)] {
             if [l.batch_stride, l.seq_stride, l.head_stride].iter().any(|s| s % 8 != 0) {
                 return Err(unsupported(format!(
@@ -178,18 +179,29 @@ impl Device {
                 )));
             }
         }
-        let fixed = |asked: Option<usize>, have: u32| asked.is_none_or(|a| a == have as usize);
-        if !fixed(opts.tiles.block_m, config.block_m) || !fixed(opts.tiles.block_n, config.block_n) {
-            return Err(InvalidInput::Tiles {
-                method: "flash-tc",
-                block_m: opts.tiles.block_m,
-                block_n: opts.tiles.block_n,
-                why: format!(
-                    "its tiles are fixed per head dim ({}×{} for d = {d})",
-                    config.block_m, config.block_n
-                ),
-            });
-        }
+        // A tile override picks one of the instantiated configurations of this head dim.
+        let index = match (opts.tiles.block_m, opts.tiles.block_n) {
+            (None, None) => default,
+            (m, n) => {
+                let c = MMA_CONFIGS[default];
+                let (m, n) = (m.unwrap_or(c.block_m as usize), n.unwrap_or(c.block_n as usize));
+                mma_find(d as u32, m as u32, n as u32).ok_or_else(|| {
+                    let have: Vec<String> = MMA_CONFIGS
+                        .iter()
+                        .filter(|c| c.head_dim as usize == d)
+                        .map(|c| format!("{}x{}", c.block_m, c.block_n))
+                        .collect();
+                    InvalidInput::Tiles {
+                        method: "flash-tc",
+                        block_m: opts.tiles.block_m,
+                        block_n: opts.tiles.block_n,
+                        why: format!("for d = {d} it has the tiles {}", have.join(", ")),
+                    }
+                })?
+            }
+        };
+        let config = MMA_CONFIGS[index];
+        let kernel = Kernel::flash_mma(dtype, index).ok_or_else(|| unsupported(format!("{dtype}")))?;
         let limit = self.props().max_shared_per_block;
         if config.shared_bytes() > limit {
             return Err(unsupported(format!(

@@ -149,7 +149,7 @@ impl Device {
         };
         let stream = ctx.new_stream().context("creating a stream")?;
         let module = Module::load(target)?;
-        let raised_shared = Kernel::ALL.iter().map(|_| AtomicU32::new(0)).collect();
+        let raised_shared = Kernel::all().map(|_| AtomicU32::new(0)).collect();
         Ok(Device { blas: OnceLock::new(), module, stream, ctx, props, raised_shared })
     }
 

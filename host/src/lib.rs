@@ -19,6 +19,7 @@ mod buffer;
 pub mod cpu;
 mod device;
 mod error;
+pub mod explain;
 mod problem;
 mod ptx;
 mod standard;

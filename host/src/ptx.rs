@@ -8,6 +8,8 @@ use std::ffi::{CStr, CString, c_void};
 
 use cudarc::driver::sys;
 
+use flashattn_kernels::config::{MMA_CONFIGS, MMA_KERNELS};
+
 use crate::buffer::DType;
 use crate::error::{Error, Result};
 
@@ -55,16 +57,25 @@ macro_rules! kernels {
         #[non_exhaustive]
         pub enum Kernel {
             $($(#[$doc])* $variant,)*
+            /// The tensor-core flash forward kernel of `MMA_CONFIGS[config]` (`AttnParams`),
+            /// bf16 or f16.
+            FlashMma {
+                /// bf16 (else f16).
+                bf16: bool,
+                /// Index into `flashattn::kernels::config::MMA_CONFIGS`.
+                config: u8,
+            },
         }
 
-        impl Kernel {
-            /// Every kernel, in declaration order.
-            pub const ALL: &'static [Kernel] = &[$(Kernel::$variant,)*];
+        /// The kernels with fixed names, in declaration order.
+        const FIXED: &[Kernel] = &[$(Kernel::$variant,)*];
 
+        impl Kernel {
             /// The entry name in the PTX.
             pub const fn name(self) -> &'static str {
                 match self {
                     $(Kernel::$variant => $name,)*
+                    Kernel::FlashMma { bf16, config } => MMA_KERNELS[bf16 as usize][config as usize],
                 }
             }
         }
@@ -76,6 +87,10 @@ kernels! {
     FillU16 => "fill_u16",
     /// Fill 32-bit words with one pattern (`FillParams`).
     FillU32 => "fill_u32",
+    /// Fill rows of a strided 16-bit tensor (`FillRowsParams`).
+    FillRowsU16 => "fill_rows_u16",
+    /// Fill rows of a strided 32-bit tensor (`FillRowsParams`).
+    FillRowsU32 => "fill_rows_u32",
     /// General flash forward, f16, head dim padded to 32 (`AttnParams`).
     FlashSimtF16D32 => "flash_fwd_simt_f16_d32",
     /// General flash forward, f16, d ≤ 64.
@@ -100,18 +115,6 @@ kernels! {
     FlashSimtF32D128 => "flash_fwd_simt_f32_d128",
     /// General flash forward, f32, d ≤ 256.
     FlashSimtF32D256 => "flash_fwd_simt_f32_d256",
-    /// Tensor-core flash forward, f16, d = 64 (`AttnParams`).
-    FlashMmaF16D64 => "flash_fwd_mma_f16_d64",
-    /// Tensor-core flash forward, f16, d = 128.
-    FlashMmaF16D128 => "flash_fwd_mma_f16_d128",
-    /// Tensor-core flash forward, f16, d = 256.
-    FlashMmaF16D256 => "flash_fwd_mma_f16_d256",
-    /// Tensor-core flash forward, bf16, d = 64.
-    FlashMmaBf16D64 => "flash_fwd_mma_bf16_d64",
-    /// Tensor-core flash forward, bf16, d = 128.
-    FlashMmaBf16D128 => "flash_fwd_mma_bf16_d128",
-    /// Tensor-core flash forward, bf16, d = 256.
-    FlashMmaBf16D256 => "flash_fwd_mma_bf16_d256",
     /// Row softmax of standard attention, f16 probabilities (`SoftmaxParams`).
     SoftmaxRowsF16 => "softmax_rows_f16",
     /// Row softmax of standard attention, bf16 probabilities.
@@ -133,16 +136,22 @@ impl Kernel {
         Some(row[i])
     }
 
-    /// The tensor-core flash kernel for a 16-bit dtype and a head dimension with a config.
-    pub(crate) fn flash_mma(dtype: DType, head_dim: u32) -> Option<Kernel> {
-        use Kernel::*;
-        let row = match dtype {
-            DType::F16 => [FlashMmaF16D64, FlashMmaF16D128, FlashMmaF16D256],
-            DType::BF16 => [FlashMmaBf16D64, FlashMmaBf16D128, FlashMmaBf16D256],
+    /// The tensor-core flash kernel of configuration `config` for a 16-bit dtype.
+    pub(crate) fn flash_mma(dtype: DType, config: usize) -> Option<Kernel> {
+        let bf16 = match dtype {
+            DType::F16 => false,
+            DType::BF16 => true,
             DType::F32 => return None,
         };
-        let i = flashattn_kernels::config::MMA_CONFIGS.iter().position(|c| c.head_dim == head_dim)?;
-        row.get(i).copied()
+        (config < MMA_CONFIGS.len()).then_some(Kernel::FlashMma { bf16, config: config as u8 })
+    }
+
+    /// Every kernel of the PTX.
+    pub fn all() -> impl Iterator<Item = Kernel> {
+        let mma = [false, true]
+            .into_iter()
+            .flat_map(|bf16| (0..MMA_CONFIGS.len()).map(move |c| Kernel::FlashMma { bf16, config: c as u8 }));
+        FIXED.iter().copied().chain(mma)
     }
 
     /// The row-softmax kernel writing probabilities of `dtype`.
@@ -156,8 +165,12 @@ impl Kernel {
 }
 
 impl Kernel {
+    /// Position in [`Kernel::all`].
     pub(crate) fn index(self) -> usize {
-        Kernel::ALL.iter().position(|&k| k == self).unwrap_or(0)
+        match self {
+            Kernel::FlashMma { bf16, config } => FIXED.len() + bf16 as usize * MMA_CONFIGS.len() + config as usize,
+            fixed => FIXED.iter().position(|&k| k == fixed).unwrap_or(0),
+        }
     }
 }
 
@@ -208,7 +221,7 @@ impl Module {
             });
         }
         let mut loaded = Module { module, functions: Vec::new() };
-        for kernel in Kernel::ALL {
+        for kernel in Kernel::all() {
             let name = CString::new(kernel.name()).unwrap_or_default();
             let mut f: sys::CUfunction = std::ptr::null_mut();
             // SAFETY: valid module handle and out-pointer.

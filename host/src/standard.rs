@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::{CudaBlas, result as blas};
-use flashattn_kernels::params::{SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS, SoftmaxParams};
+use flashattn_kernels::params::{FILL_THREADS, FillRowsParams, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS, SoftmaxParams};
 
 use crate::attention::{Io, Plan};
 use crate::buffer::DType;
@@ -129,6 +129,25 @@ impl Gemm {
     }
 }
 
+/// Writes 0 to `tokens` rows (all heads, all of the head dim) of the output starting at `addr`.
+fn zero_rows(dev: &Device, dtype: DType, o: &crate::problem::Layout, addr: u64, tokens: usize) -> Result<()> {
+    let params = FillRowsParams {
+        ptr: addr,
+        seq_stride: o.seq_stride as u64,
+        head_stride: o.head_stride as u64,
+        tokens: tokens as u32,
+        heads: o.heads as u32,
+        cols: o.head_dim as u32,
+        value: 0,
+    };
+    let kernel = if dtype.size_bytes() == 2 { Kernel::FillRowsU16 } else { Kernel::FillRowsU32 };
+    let total = (tokens * o.heads * o.head_dim) as u64;
+    let blocks = total.div_ceil(FILL_THREADS as u64).clamp(1, 4096) as u32;
+    let shape = LaunchShape { grid: (blocks, 1, 1), block: (FILL_THREADS, 1, 1), shared_bytes: 0 };
+    // SAFETY: the rows are inside the validated output tensor.
+    unsafe { dev.launch(kernel, shape, &params) }
+}
+
 /// Standard attention: validated `problem`, device addresses `io`.
 pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Result<Plan> {
     let plan = plan(dtype, problem)?;
@@ -161,6 +180,14 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
         let (nq, nk) = (seq.len_q, seq.len_k);
         if nq == 0 {
             continue;
+        }
+        if nk == 0 {
+            // No keys: the outputs are 0 and the log-sum-exp -inf by definition, but a matrix
+            // product over zero keys writes nothing, so write them directly.
+            for b in 0..count {
+                let seq = problem.sequence(first + b);
+                zero_rows(dev, dtype, o, io.o + es * o.offset(seq.batch_index, seq.q_start, 0) as u64, nq)?;
+            }
         }
         let nn = nq * nk;
         let addr = |base: u64, l: &crate::problem::Layout, start: usize, head: usize| {

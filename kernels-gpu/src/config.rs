@@ -17,6 +17,10 @@ pub struct MmaConfig {
     pub block_n: u32,
     /// Warps per block.
     pub warps: u32,
+    /// Blocks per SM the register allocation must allow (CUDA's `__launch_bounds__(threads,
+    /// min_blocks)`): `cargo xtask ptx` writes it into the PTX as `.maxntid` and
+    /// `.minnctapersm`, and ptxas caps registers at `65536 / (threads · min_blocks)`.
+    pub min_blocks: u32,
 }
 
 /// The largest dynamic shared memory per block on the project's target (H100/H200, compute
@@ -41,6 +45,13 @@ impl MmaConfig {
         2 * self.head_dim * (self.block_m + 2 * self.block_n)
     }
 
+    /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
+    /// shared memory once) instead of reloading them for every key tile: with one 16-row slab
+    /// per warp (at most 64 registers), or when they take at most 32 registers.
+    pub const fn q_in_registers(&self) -> bool {
+        self.rows_per_warp() == 16 || self.rows_per_warp() * self.head_dim <= 2048
+    }
+
     /// Whether the configuration is one the kernel can run: whole `mma` tiles per warp, rows of
     /// at least eight 16-byte chunks (for the XOR swizzle), and the Hopper shared-memory budget.
     pub const fn is_valid(&self) -> bool {
@@ -48,19 +59,58 @@ impl MmaConfig {
             && self.block_m % (16 * self.warps) == 0
             && self.block_n % 16 == 0
             && self.head_dim % 64 == 0
+            && self.min_blocks > 0
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
 
-/// d = 64: 128 query rows (32 per warp), 64 keys per tile.
-pub const MMA_D64: MmaConfig = MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4 };
-/// d = 128: 128 query rows (32 per warp), 64 keys per tile.
-pub const MMA_D128: MmaConfig = MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4 };
-/// d = 256: 64 query rows (16 per warp), 64 keys per tile.
-pub const MMA_D256: MmaConfig = MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4 };
+/// Every instantiated configuration. The first one of each head dimension is its default (the
+/// tuned choice); the others are variants that a tile override selects, so that the bench can
+/// sweep them (`--tiles`).
+pub const MMA_CONFIGS: [MmaConfig; 11] = [
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 3 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 8, min_blocks: 1 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
+    MmaConfig { head_dim: 256, block_m: 128, block_n: 64, warps: 8, min_blocks: 1 },
+];
 
-/// Every instantiated configuration, by head dimension.
-pub const MMA_CONFIGS: [MmaConfig; 3] = [MMA_D64, MMA_D128, MMA_D256];
+/// Kernel entry names of [`MMA_CONFIGS`], f16 then bf16, in the same order:
+/// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}`.
+pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
+    [
+        "flash_fwd_mma_f16_d64_m128_n64_w4_b1",
+        "flash_fwd_mma_f16_d64_m128_n128_w4_b1",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b1",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b4",
+        "flash_fwd_mma_f16_d128_m128_n64_w4_b1",
+        "flash_fwd_mma_f16_d128_m64_n64_w4_b1",
+        "flash_fwd_mma_f16_d128_m64_n64_w4_b3",
+        "flash_fwd_mma_f16_d128_m128_n64_w8_b1",
+        "flash_fwd_mma_f16_d128_m128_n32_w4_b1",
+        "flash_fwd_mma_f16_d256_m64_n64_w4_b1",
+        "flash_fwd_mma_f16_d256_m128_n64_w8_b1",
+    ],
+    [
+        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1",
+        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b1",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4",
+        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1",
+        "flash_fwd_mma_bf16_d128_m64_n64_w4_b1",
+        "flash_fwd_mma_bf16_d128_m64_n64_w4_b3",
+        "flash_fwd_mma_bf16_d128_m128_n64_w8_b1",
+        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1",
+        "flash_fwd_mma_bf16_d256_m64_n64_w4_b1",
+        "flash_fwd_mma_bf16_d256_m128_n64_w8_b1",
+    ],
+];
 
 const _: () = {
     let mut i = 0;
@@ -70,14 +120,55 @@ const _: () = {
     }
 };
 
-/// The configuration for a head dimension, if the tensor-core kernel has one.
-pub const fn mma_config(head_dim: u32) -> Option<MmaConfig> {
+/// Index into [`MMA_CONFIGS`] of the default configuration for a head dimension.
+pub const fn mma_default(head_dim: u32) -> Option<usize> {
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         if MMA_CONFIGS[i].head_dim == head_dim {
-            return Some(MMA_CONFIGS[i]);
+            return Some(i);
         }
         i += 1;
     }
     None
+}
+
+/// Index of the configuration with these tiles, if one is instantiated.
+pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
+    let mut i = 0;
+    while i < MMA_CONFIGS.len() {
+        let c = MMA_CONFIGS[i];
+        if c.head_dim == head_dim && c.block_m == block_m && c.block_n == block_n {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+
+    #[test]
+    fn kernel_names_follow_the_configs() {
+        for (dtype, names) in ["f16", "bf16"].iter().zip(MMA_KERNELS) {
+            for (c, name) in MMA_CONFIGS.iter().zip(names) {
+                let expect =
+                    format!("flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}", c.head_dim, c.block_m, c.block_n, c.warps, c.min_blocks);
+                assert_eq!(name, &expect);
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_and_lookup() {
+        for d in [64, 128, 256] {
+            let i = mma_default(d).unwrap();
+            assert_eq!(MMA_CONFIGS[i].head_dim, d);
+            let c = MMA_CONFIGS[i];
+            assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i));
+        }
+        assert_eq!(mma_default(96), None);
+    }
 }

@@ -127,3 +127,26 @@ pub const SOFTMAX_THREADS: u32 = 256;
 
 /// Dynamic shared memory of the row-softmax kernel: one (max, sum) state per warp.
 pub const SOFTMAX_SHARED_BYTES: u32 = 8 * SOFTMAX_THREADS / 32;
+
+/// Parameters of the `fill_rows_u16` / `fill_rows_u32` kernels: write `value` to `cols`
+/// elements of each of `tokens × heads` rows of a strided `(token, head, col)` tensor. Standard
+/// attention uses it for sequences with no keys, whose outputs are 0 by definition but which no
+/// matrix product writes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FillRowsParams {
+    /// Device address of element (token 0, head 0, col 0).
+    pub ptr: u64,
+    /// Elements between tokens.
+    pub seq_stride: u64,
+    /// Elements between heads.
+    pub head_stride: u64,
+    /// Tokens.
+    pub tokens: u32,
+    /// Heads.
+    pub heads: u32,
+    /// Elements per row.
+    pub cols: u32,
+    /// The bit pattern (the low 16 bits for `fill_rows_u16`).
+    pub value: u32,
+}

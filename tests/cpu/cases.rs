@@ -1,1 +1,196 @@
+//! Named cases: the odd shapes and corners the property tests reach only by chance, each pinned
+//! with a fixed seed, for every dtype.
 
+use flashattn::{Element, Tiles, bf16, f16};
+use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::{run_case, run_on};
+
+/// Runs `spec` for f32, f16 and bf16 with a fixed seed.
+fn all_dtypes(spec: &Spec) {
+    fn one<T: Element>(spec: &Spec) {
+        if let Err(e) = run_case::<T>(spec, 7) {
+            panic!("{e}");
+        }
+    }
+    one::<f32>(spec);
+    one::<f16>(spec);
+    one::<bf16>(spec);
+}
+
+fn spec(batch: usize, seqlen_q: usize, seqlen_k: usize, heads: usize, head_dim: usize) -> Spec {
+    Spec::batch(batch, seqlen_q, seqlen_k, heads, head_dim)
+}
+
+#[test]
+fn seqlen_97_head_dim_59_tiles_that_divide_nothing() {
+    let mut s = spec(2, 97, 97, 2, 59);
+    s.tiles = Tiles { block_m: Some(13), block_n: Some(17) };
+    all_dtypes(&s);
+    s.causal = true;
+    all_dtypes(&s);
+}
+
+#[test]
+fn seqlen_1025_with_small_head_dim() {
+    let mut s = spec(1, 1025, 1025, 1, 3);
+    all_dtypes(&s);
+    s.causal = true;
+    s.tiles = Tiles { block_m: Some(100), block_n: Some(33) };
+    all_dtypes(&s);
+}
+
+#[test]
+fn head_dims_111_and_256() {
+    for d in [111, 256] {
+        let mut s = spec(1, 33, 70, 2, d);
+        s.layout = LayoutKind::Bhsd;
+        all_dtypes(&s);
+    }
+}
+
+#[test]
+fn head_dim_1_and_single_query() {
+    all_dtypes(&spec(3, 1, 50, 2, 1));
+    let mut s = spec(1, 1, 1, 1, 1);
+    s.causal = true;
+    all_dtypes(&s);
+}
+
+#[test]
+fn tiles_of_one_and_tiles_larger_than_the_sequence() {
+    let mut s = spec(1, 9, 11, 1, 8);
+    s.causal = true;
+    s.tiles = Tiles { block_m: Some(1), block_n: Some(1) };
+    all_dtypes(&s);
+    s.tiles = Tiles { block_m: Some(10_000), block_n: Some(usize::MAX) };
+    all_dtypes(&s);
+}
+
+#[test]
+fn causal_with_more_queries_than_keys_masks_the_top_rows() {
+    // 10 queries, 4 keys: query t sees keys j ≤ t − 6, so queries 0..6 see nothing.
+    let mut s = spec(2, 10, 4, 2, 16);
+    s.causal = true;
+    s.tiles = Tiles { block_m: Some(3), block_n: Some(3) };
+    all_dtypes(&s);
+    let case = Case::<f32>::random(&mut StdRng::seed_from_u64(1), &s);
+    let (out, lse) = case.run_cpu().expect("valid");
+    let p = &case.problem;
+    for b in 0..2 {
+        for h in 0..2 {
+            for t in 0..10 {
+                let o = p.o.offset(b, t, h);
+                let l = lse[p.lse_index(b, h, t)];
+                if t < 6 {
+                    assert!(out[o..o + 16].iter().all(|&x| x == 0.0), "row {t} must be 0");
+                    assert_eq!(l, f32::NEG_INFINITY, "row {t}");
+                } else {
+                    assert!(l.is_finite(), "row {t}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn causal_with_fewer_queries_than_keys_is_bottom_right_aligned() {
+    let mut s = spec(1, 3, 40, 3, 12);
+    s.causal = true;
+    s.tiles = Tiles { block_m: Some(2), block_n: Some(7) };
+    all_dtypes(&s);
+}
+
+#[test]
+fn no_keys_at_all() {
+    all_dtypes(&spec(2, 5, 0, 1, 4));
+    all_dtypes(&spec(1, 0, 5, 1, 4));
+}
+
+#[test]
+fn gqa_and_mqa() {
+    let mut s = spec(2, 20, 31, 1, 24);
+    s.heads_q = 6;
+    s.heads_k = 2;
+    all_dtypes(&s);
+    s.heads_k = 1;
+    s.causal = true;
+    all_dtypes(&s);
+}
+
+#[test]
+fn varlen_with_empty_sequences_and_fewer_tokens_than_sequences() {
+    let mut s = spec(1, 1, 1, 2, 8);
+    s.sequences = Sequences::VarLen { q_lens: vec![0, 1, 0, 0, 1], k_lens: vec![1, 0, 0, 1, 2], spare_q: 1, spare_k: 2 };
+    all_dtypes(&s);
+    s.causal = true;
+    s.layout = LayoutKind::Mixed;
+    all_dtypes(&s);
+    s.sequences = Sequences::VarLen { q_lens: vec![5, 0, 17, 3], k_lens: vec![9, 4, 2, 30], spare_q: 0, spare_k: 3 };
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(5) };
+    all_dtypes(&s);
+}
+
+#[test]
+fn every_layout() {
+    for layout in [LayoutKind::Bshd, LayoutKind::Bhsd, LayoutKind::Padded, LayoutKind::Mixed] {
+        let mut s = spec(2, 13, 21, 2, 10);
+        s.layout = layout;
+        s.heads_q = 4;
+        all_dtypes(&s);
+    }
+}
+
+#[test]
+fn extreme_inputs() {
+    for values in Values::ALL {
+        let mut s = spec(2, 19, 45, 2, 32);
+        s.values = values;
+        s.tiles = Tiles { block_m: Some(8), block_n: Some(10) };
+        all_dtypes(&s);
+        s.causal = true;
+        all_dtypes(&s);
+    }
+}
+
+#[test]
+fn explicit_scales() {
+    for scale in [1e-3, 0.37, 4.0] {
+        let mut s = spec(1, 17, 23, 1, 16);
+        s.scale = Some(scale);
+        all_dtypes(&s);
+    }
+}
+
+#[test]
+fn all_equal_scores_average_the_values() {
+    // With every key equal, the output is the mean of the visible values.
+    let mut s = spec(1, 4, 6, 1, 3);
+    s.values = Values::EqualScores;
+    let case = Case::<f32>::random(&mut StdRng::seed_from_u64(3), &s);
+    run_on(&case).expect("passes the rule");
+    let (out, _) = case.run_cpu().expect("valid");
+    for x in 0..3 {
+        let mean = (0..6).map(|j| case.v[j * 3 + x]).sum::<f32>() / 6.0;
+        assert!((out[x] - mean).abs() < 1e-6, "{} vs {mean}", out[x]);
+    }
+}
+
+#[test]
+fn a_wrong_output_fails_the_check() {
+    // The rule has teeth: a small perturbation of one element, a NaN, or a wrong LSE fail.
+    let case = Case::<f16>::random(&mut StdRng::seed_from_u64(5), &spec(1, 16, 16, 2, 8));
+    let (out, lse) = case.run_cpu().expect("valid");
+    flashattn_testkit::check(&case, &out, Some(&lse)).expect("the implementation passes");
+    let mut bad = out.clone();
+    bad[37] = f16::from_f32(bad[37].to_f32() + 0.01);
+    assert!(flashattn_testkit::check(&case, &bad, Some(&lse)).is_err());
+    let mut bad = out.clone();
+    bad[0] = f16::NAN;
+    assert!(flashattn_testkit::check(&case, &bad, Some(&lse)).unwrap_err().contains("not finite"));
+    let mut bad_lse = lse.clone();
+    bad_lse[3] += 1e-3;
+    assert!(flashattn_testkit::check(&case, &out, Some(&bad_lse)).unwrap_err().contains("lse error"));
+}

@@ -5,8 +5,11 @@
 //!   committed PTX is fresh.
 //! - `cargo xtask bundle`: release builds of the test and bench executables plus a script, to
 //!   run the GPU suite on a machine without a Rust toolchain.
+//! - `cargo xtask explain [--nq 4 --nk 4 --d 3 --block-n 2 --seed 1]`: the algorithm's worked
+//!   example, step by step.
 
 mod bundle;
+mod explain;
 mod ptx;
 mod ptxas;
 mod toolchain;
@@ -48,6 +51,9 @@ enum Task {
         #[arg(long, default_value = "bundle")]
         out: std::path::PathBuf,
     },
+    /// Print the worked example: queries attending to keys a block at a time with the online
+    /// softmax, step by step, next to standard attention.
+    Explain(explain::Args),
 }
 
 fn main() {
@@ -57,6 +63,7 @@ fn main() {
         Task::Ptx { check: true, .. } => ptx::check(),
         Task::Ptx { check: false, allow_spills } => ptx::build(allow_spills),
         Task::Bundle { out } => bundle::bundle(&out),
+        Task::Explain(args) => explain::run(&args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

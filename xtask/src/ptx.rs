@@ -95,7 +95,28 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
     println!("ptx: building {arch} with {} ({})", tc.origin, tc.version);
     crate::util::run(&mut cmd)?;
     let out = target_dir.join("nvptx64-nvidia-cuda/release/flashattn_kernels.ptx");
-    std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))
+    let ptx = std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
+    add_launch_bounds(&ptx)
+}
+
+/// Writes each tensor-core kernel's launch bounds into the PTX: `.maxntid` (its threads per
+/// block) and `.minnctapersm` (its `min_blocks`), the PTX that CUDA C++'s
+/// `__launch_bounds__(threads, min_blocks)` produces. Rust has no attribute for them, and
+/// without them ptxas may use all 255 registers per thread, which limits how many blocks share a
+/// multiprocessor.
+fn add_launch_bounds(ptx: &str) -> Result<String> {
+    use flashattn_kernels::config::{MMA_CONFIGS, MMA_KERNELS};
+    let mut out = ptx.to_string();
+    for names in MMA_KERNELS {
+        for (config, name) in MMA_CONFIGS.iter().zip(names) {
+            let entry = format!(".entry {name}(");
+            let start = out.find(&entry).ok_or_else(|| format!("kernel {name} is missing from the PTX"))?;
+            let close = out[start..].find("\n)").map(|i| start + i + 2).ok_or_else(|| format!("unterminated {name}"))?;
+            let bounds = format!("\n.maxntid {}, 1, 1\n.minnctapersm {}", config.threads(), config.min_blocks);
+            out.insert_str(close, &bounds);
+        }
+    }
+    Ok(out)
 }
 
 fn read_manifest() -> Result<Manifest> {

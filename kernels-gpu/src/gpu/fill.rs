@@ -1,7 +1,7 @@
 //! Fill kernels: write one bit pattern to every word of a buffer (grid-stride loop).
 
 use super::arch::thread::{block_dim_x, block_x, grid_dim_x, thread_x};
-use crate::params::FillParams;
+use crate::params::{FillParams, FillRowsParams};
 
 /// Writes `p.value as u16` to `p.len` 16-bit words at `p.ptr` (f16/bf16 buffers).
 ///
@@ -31,6 +31,49 @@ pub unsafe extern "ptx-kernel" fn fill_u32(p: FillParams) {
     while i < p.len {
         // SAFETY: i < len, inside the buffer by the caller's contract.
         unsafe { *base.add(i as usize) = p.value };
+        i += stride;
+    }
+}
+
+/// The element index of flat position `i` of a [`FillRowsParams`] tensor.
+#[inline(always)]
+fn row_element(p: &FillRowsParams, i: u64) -> u64 {
+    let cols = p.cols as u64;
+    let (row, col) = (i / cols, i % cols);
+    let (token, head) = (row / p.heads as u64, row % p.heads as u64);
+    token * p.seq_stride + head * p.head_stride + col
+}
+
+/// Writes `p.value as u16` to every element of a strided `(token, head, col)` tensor.
+///
+/// # Safety
+/// Every addressed element must be a writable 16-bit word.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fill_rows_u16(p: FillRowsParams) {
+    let base = p.ptr as *mut u16;
+    let total = p.tokens as u64 * p.heads as u64 * p.cols as u64;
+    let stride = (block_dim_x() * grid_dim_x()) as u64;
+    let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
+    while i < total {
+        // SAFETY: inside the tensor by the caller's contract.
+        unsafe { *base.add(row_element(&p, i) as usize) = p.value as u16 };
+        i += stride;
+    }
+}
+
+/// Writes `p.value` to every element of a strided `(token, head, col)` tensor of 32-bit words.
+///
+/// # Safety
+/// Every addressed element must be a writable 32-bit word.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fill_rows_u32(p: FillRowsParams) {
+    let base = p.ptr as *mut u32;
+    let total = p.tokens as u64 * p.heads as u64 * p.cols as u64;
+    let stride = (block_dim_x() * grid_dim_x()) as u64;
+    let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
+    while i < total {
+        // SAFETY: inside the tensor by the caller's contract.
+        unsafe { *base.add(row_element(&p, i) as usize) = p.value };
         i += stride;
     }
 }

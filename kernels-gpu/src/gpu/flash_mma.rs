@@ -24,7 +24,7 @@ use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
 use super::sequence::SeqView;
-use crate::config::{MMA_D64, MMA_D128, MMA_D256, MmaConfig};
+use crate::config::{MMA_CONFIGS, MmaConfig};
 use crate::mask;
 use crate::params::AttnParams;
 use crate::softmax::OnlineSoftmax;
@@ -68,7 +68,8 @@ unsafe fn load_tile(
 
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
 /// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
-/// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles.
+/// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
+/// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1).
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors with 16-byte aligned rows (host checks); launch with
@@ -83,11 +84,14 @@ unsafe fn flash_fwd_mma<
     const MI: usize,
     const NT: usize,
     const DT: usize,
+    const QR: bool,
+    const KQ: usize,
 >(
     p: &AttnParams,
 ) {
     const {
         assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 64 == 0);
+        assert!(if QR { KQ * 16 == D } else { KQ == 1 });
     };
     let threads = 32 * W as u32;
     let tid = thread_x();
@@ -136,10 +140,20 @@ unsafe fn flash_fwd_mma<
     let vb_row = (lane % 8) + 8 * ((lane / 8) % 2);
     let vb_chunk = lane / 16;
 
+    let mut q_frags = [[[0u32; 4]; KQ]; MI];
     for j in 0..n_tiles {
         let n0 = j * BN as u32;
         cp_async::wait::<0>();
         sync_threads(); // K_j (and Q) visible to all; every warp is done with V_{j-1}
+        if QR && j == 0 {
+            for (mi, qm) in q_frags.iter_mut().enumerate() {
+                for (kk, qf) in qm.iter_mut().enumerate() {
+                    let row = a_row + 16 * mi as u32;
+                    // SAFETY: inside the Q tile, 16-byte aligned.
+                    *qf = unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) };
+                }
+            }
+        }
         // SAFETY: as above.
         unsafe {
             load_tile(v_tile, chunks, threads, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, BN as u32, seq.len_k)
@@ -151,9 +165,13 @@ unsafe fn flash_fwd_mma<
         for kk in 0..D / 16 {
             let mut a = [[0u32; 4]; MI];
             for (mi, am) in a.iter_mut().enumerate() {
-                let row = a_row + 16 * mi as u32;
-                // SAFETY: inside the Q tile, 16-byte aligned.
-                *am = unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) };
+                *am = if QR {
+                    q_frags[mi][kk]
+                } else {
+                    let row = a_row + 16 * mi as u32;
+                    // SAFETY: inside the Q tile, 16-byte aligned.
+                    unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) }
+                };
             }
             for np in 0..NT / 2 {
                 let row = 16 * np as u32 + kb_row;
@@ -268,15 +286,17 @@ unsafe fn store_u32_global(addr: u64, x: u32) {
 }
 
 macro_rules! mma_kernels {
-    ($($name:ident => $elem:ty, $cfg:expr;)*) => {$(
-        /// Tensor-core flash-attention forward kernel (see the module docs).
+    ($($name:ident => $elem:ty, $index:expr;)*) => {$(
+        /// Tensor-core flash-attention forward kernel (see the module docs); its configuration
+        /// is `MMA_CONFIGS[index]`.
         ///
         /// # Safety
         /// See [`flash_fwd_mma`].
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: AttnParams) {
-            const C: MmaConfig = $cfg;
+            const C: MmaConfig = MMA_CONFIGS[$index];
             const MI: usize = (C.block_m / (16 * C.warps)) as usize;
+            const KQ: usize = if C.q_in_registers() { (C.head_dim / 16) as usize } else { 1 };
             // SAFETY: forwarded contract.
             unsafe {
                 flash_fwd_mma::<
@@ -288,17 +308,36 @@ macro_rules! mma_kernels {
                     MI,
                     { (C.block_n / 8) as usize },
                     { (C.head_dim / 8) as usize },
+                    { C.q_in_registers() },
+                    KQ,
                 >(&p)
             }
         }
     )*};
 }
 
+// Names and order as `MMA_KERNELS` (checked by a unit test of `config`).
 mma_kernels! {
-    flash_fwd_mma_f16_d64 => F16, MMA_D64;
-    flash_fwd_mma_f16_d128 => F16, MMA_D128;
-    flash_fwd_mma_f16_d256 => F16, MMA_D256;
-    flash_fwd_mma_bf16_d64 => Bf16, MMA_D64;
-    flash_fwd_mma_bf16_d128 => Bf16, MMA_D128;
-    flash_fwd_mma_bf16_d256 => Bf16, MMA_D256;
+    flash_fwd_mma_f16_d64_m128_n64_w4_b1 => F16, 0;
+    flash_fwd_mma_f16_d64_m128_n128_w4_b1 => F16, 1;
+    flash_fwd_mma_f16_d64_m64_n64_w4_b1 => F16, 2;
+    flash_fwd_mma_f16_d64_m64_n64_w4_b4 => F16, 3;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1 => F16, 4;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b1 => F16, 5;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b3 => F16, 6;
+    flash_fwd_mma_f16_d128_m128_n64_w8_b1 => F16, 7;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1 => F16, 8;
+    flash_fwd_mma_f16_d256_m64_n64_w4_b1 => F16, 9;
+    flash_fwd_mma_f16_d256_m128_n64_w8_b1 => F16, 10;
+    flash_fwd_mma_bf16_d64_m128_n64_w4_b1 => Bf16, 0;
+    flash_fwd_mma_bf16_d64_m128_n128_w4_b1 => Bf16, 1;
+    flash_fwd_mma_bf16_d64_m64_n64_w4_b1 => Bf16, 2;
+    flash_fwd_mma_bf16_d64_m64_n64_w4_b4 => Bf16, 3;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1 => Bf16, 4;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b1 => Bf16, 5;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b3 => Bf16, 6;
+    flash_fwd_mma_bf16_d128_m128_n64_w8_b1 => Bf16, 7;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1 => Bf16, 8;
+    flash_fwd_mma_bf16_d256_m64_n64_w4_b1 => Bf16, 9;
+    flash_fwd_mma_bf16_d256_m128_n64_w8_b1 => Bf16, 10;
 }

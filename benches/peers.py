@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""PyTorch peers for flashattn-bench: the same shapes through each attention backend of torch.
+
+Reads the shapes file that `flashattn-bench run --peers` writes (a JSON list of
+{key, group, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, mask, causal, flops}) and appends
+JSON lines in flashattn-bench's record format to --out: one `meta` line, then one `row` per shape
+and backend, flushed as measured.
+
+Backends: torch.nn.functional.scaled_dot_product_attention pinned with
+torch.nn.attention.sdpa_kernel to FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION and MATH,
+plus `naive` (softmax(Q·Kᵀ·scale)·V with the N×N scores materialized). Inputs are random normal,
+(B, H, N, d) layout; causal rows use is_causal=True (top-left aligned, so the shapes file holds
+causal shapes only with Nq == Nk). Timing: triton.testing.do_bench (median, p10, p90; it clears L2
+before each call), or CUDA events with an L2 flush when triton is missing.
+
+Needs only python3, torch and (optionally) triton. Exit status: 0 ok, 2 bad arguments, 3 torch or
+CUDA unavailable.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import socket
+import sys
+import time
+import zlib
+
+BACKENDS = ["flash", "cudnn", "efficient", "math", "naive"]
+
+
+def log(msg):
+    print(f"peers: {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", required=True, help="shapes JSON written by flashattn-bench")
+    p.add_argument("--out", required=True, help="JSONL file to append rows to")
+    p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--rep-ms", type=float, default=100.0)
+    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS))
+    p.add_argument("--run-id", default="")
+    p.add_argument("--commit", default="")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--ref-max-pairs", type=float, default=float(16384 * 16384),
+                   help="largest Nq*Nk for which one (batch, head) slice is checked against f32 math")
+    a = p.parse_args()
+    unknown = [b for b in a.backends.split(",") if b not in BACKENDS]
+    if unknown:
+        p.error(f"unknown backends {unknown}: allowed are {BACKENDS}")
+    return a
+
+
+def main():
+    args = parse_args()
+    try:
+        with open(args.shapes) as f:
+            shapes = json.load(f)
+    except (OSError, ValueError) as e:
+        log(f"cannot read {args.shapes}: {e}")
+        return 2
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except Exception as e:  # ImportError, or a broken install
+        log(f"torch is not importable ({e}): peers skipped")
+        return 3
+    if not torch.cuda.is_available():
+        log("torch sees no CUDA device: peers skipped")
+        return 3
+    try:
+        import triton
+        from triton.testing import do_bench
+        triton_version = triton.__version__
+    except Exception:
+        do_bench = None
+        triton_version = None
+
+    dev = torch.device("cuda", args.device)
+    torch.cuda.set_device(dev)
+    device_name = torch.cuda.get_device_name(dev)
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+    sdpa_backends = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    timer = "triton.do_bench" if do_bench else "cuda-events"
+    flush_buf = None
+
+    def bench(fn):
+        """(median, p10, p90, samples) in ms."""
+        nonlocal flush_buf
+        if do_bench is not None:
+            try:
+                r = do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, quantiles=[0.5, 0.1, 0.9])
+                return float(r[0]), float(r[1]), float(r[2]), None
+            except TypeError:
+                ms = do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms)
+                return float(ms), float(ms), float(ms), None
+        if flush_buf is None:
+            flush_buf = torch.empty(256 << 20, dtype=torch.int8, device=dev)
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        est = max(start.elapsed_time(end), 1e-3)
+        n = max(5, min(1000, int(args.rep_ms / est)))
+        times = []
+        for _ in range(n):
+            flush_buf.zero_()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        times.sort()
+        q = lambda p: times[min(len(times) - 1, int(round(p * (len(times) - 1))))]
+        return q(0.5), q(0.1), q(0.9), len(times)
+
+    out = open(args.out, "a")
+
+    def write(rec):
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    write({
+        "kind": "meta",
+        "source": "peers.py",
+        "run_id": args.run_id,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host": socket.gethostname(),
+        "commit": args.commit,
+        "device": device_name,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": triton_version,
+        "cudnn": cudnn,
+        "timer": timer,
+        "warmup_ms": args.warmup_ms,
+        "rep_ms": args.rep_ms,
+    })
+
+    wanted = args.backends.split(",")
+    total = len(shapes) * len(wanted)
+    done = 0
+    t0 = time.time()
+    for s in shapes:
+        dtype = dtypes.get(s["dtype"])
+        B, H, Nq, Nk, d = s["batch"], s["heads"], s["seqlen_q"], s["seqlen_k"], s["head_dim"]
+        causal = bool(s["causal"])
+        base = {
+            "kind": "row", "backend": "peer", "run_id": args.run_id, "device": device_name,
+            "commit": args.commit, "key": s["key"], "group": s.get("group", ""), "dtype": s["dtype"],
+            "batch": B, "heads": H, "seqlen_q": Nq, "seqlen_k": Nk, "head_dim": d, "mask": s["mask"],
+            "flops": s["flops"], "status": "ok",
+        }
+        if dtype is None:
+            for b in wanted:
+                write(dict(base, method="torch-" + b, status="unsupported", message=f"dtype {s['dtype']}"))
+            continue
+        try:
+            gen = torch.Generator(device=dev).manual_seed(zlib.crc32(s["key"].encode()))
+            q = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen)
+            k = torch.randn((B, H, Nk, d), dtype=dtype, device=dev, generator=gen)
+            v = torch.randn((B, H, Nk, d), dtype=dtype, device=dev, generator=gen)
+        except torch.cuda.OutOfMemoryError as e:
+            for b in wanted:
+                write(dict(base, method="torch-" + b, status="oom", message=f"inputs: {e}"[:500]))
+            torch.cuda.empty_cache()
+            continue
+        scale = 1.0 / math.sqrt(d)
+        out_bytes = B * H * Nq * d * q.element_size()
+        ref = None
+        if Nq * Nk <= args.ref_max_pairs:
+            with sdpa_kernel([SDPBackend.MATH]):
+                ref = F.scaled_dot_product_attention(
+                    q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
+
+        def naive():
+            sc = torch.matmul(q, k.transpose(-2, -1)) * scale
+            if causal:
+                keep = torch.ones((Nq, Nk), dtype=torch.bool, device=dev).tril(diagonal=Nk - Nq)
+                sc = sc.masked_fill(~keep, float("-inf"))
+            return torch.matmul(torch.softmax(sc, dim=-1), v)
+
+        for b in wanted:
+            row = dict(base, method="torch-" + b)
+            try:
+                if b == "naive":
+                    fn = naive
+                    ctx = None
+                else:
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    ctx = sdpa_kernel([sdpa_backends[b]])
+                if ctx is not None:
+                    ctx.__enter__()
+                try:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats(dev)
+                    before = torch.cuda.memory_allocated(dev)
+                    o = fn()
+                    torch.cuda.synchronize()
+                    peak = torch.cuda.max_memory_allocated(dev)
+                    row["extra_bytes_measured"] = max(0, peak - before - out_bytes)
+                    if ref is not None:
+                        err = (o[:1, :1].float() - ref).abs()
+                        row["error"] = {
+                            "f32_ref_max_abs": float(err.max()),
+                            "nonfinite": int((~torch.isfinite(o[:1, :1])).sum()),
+                            "note": "vs torch f32 math on the (0, 0) slice",
+                        }
+                    del o
+                    med, p10, p90, n = bench(fn)
+                finally:
+                    if ctx is not None:
+                        ctx.__exit__(None, None, None)
+                timing = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "timer": timer}
+                if n:
+                    timing["samples"] = n
+                row["timing"] = timing
+                row["tflops"] = s["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
+            except torch.cuda.OutOfMemoryError as e:
+                row.update(status="oom", message=str(e).split("\n")[0][:500])
+            except RuntimeError as e:
+                msg = str(e).split("\n")[0][:500]
+                unsupported = "No available kernel" in str(e) or "not supported" in str(e).lower()
+                row.update(status="unsupported" if unsupported else "error", message=msg)
+            except Exception as e:  # keep going whatever one backend does
+                row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
+            try:
+                torch.cuda.synchronize()
+            except Exception as e:
+                row.update(status="error", message=f"device error after the call: {e}"[:500])
+                write(row)
+                log(f"the device stopped working ({e}): peers stop")
+                return 1
+            write(row)
+            done += 1
+            tf = row.get("tflops")
+            what = f"{tf:.1f} TFLOP/s" if isinstance(tf, float) else row["status"]
+            log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: {what}")
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

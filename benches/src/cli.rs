@@ -1,0 +1,454 @@
+//! The command line: `run`, `report`, and the hidden `one` that Nsight Compute profiles. Every
+//! flag is checked before any GPU work; a bad value names the allowed ones.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use flashattn::{DType, Method};
+
+use crate::shapes::{Case, DTypeArg, Mask, Overrides, Preset, Shape, Size, TileSpec, Variant, expand};
+
+/// flashattn's benchmark: where the time and the bytes go.
+#[derive(Debug, Parser)]
+#[command(
+    name = "flashattn-bench",
+    version,
+    about = "Sweeps flashattn's attention over sequence length, head dim, batch, mask, dtype and method; \
+             records time, TFLOP/s, modeled and measured HBM bytes, memory and error as JSON lines; \
+             compares with PyTorch's attention backends; writes a Markdown report with SVG plots",
+    after_help = "Examples:\n  \
+        flashattn-bench run --preset quick\n  \
+        flashattn-bench run --preset headline --peers --out results/h200\n  \
+        flashattn-bench run --seqlens 1024,4096 --head-dims 64 --tokens 16384 --hidden 2048 --mask none,causal --dtype bf16\n  \
+        flashattn-bench run --preset headline --methods flash --tiles 32x64,64x64,64x128\n  \
+        flashattn-bench run --seqlens 4096,16384 --seqlen-q 1 --batch 16 --heads 16 --mask none\n  \
+        flashattn-bench report --in results/h200"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a sweep (on the GPU; on the CPU when there is none) and write JSONL rows, then the report.
+    Run(Box<RunArgs>),
+    /// Write report.md and SVG plots from the JSONL files (ours and the peers') in a folder.
+    Report(ReportArgs),
+    /// One attention call on one shape, nothing else: what `run --ncu` profiles.
+    #[command(hide = true)]
+    One(OneArgs),
+}
+
+/// How much of the output to check against a reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Check {
+    /// No error columns.
+    None,
+    /// The f64 oracle on one or two (sequence, head) slices (sampled rows when large).
+    Oracle,
+    /// The oracle, plus every element against a GPU f32 flash run where the oracle only sampled.
+    Full,
+}
+
+/// Which shapes get the complete-path columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompleteArg {
+    /// The preset's choice (its headline shapes).
+    Preset,
+    /// Every shape.
+    All,
+    /// None.
+    None,
+}
+
+/// `run`'s flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Named sweep; the flags below override its axes.
+    #[arg(long, value_enum, default_value_t = Preset::Quick)]
+    pub preset: Preset,
+    /// Key sequence lengths N (comma-separated).
+    #[arg(long, value_delimiter = ',', value_parser = positive)]
+    pub seqlens: Option<Vec<usize>>,
+    /// Head dimensions d, 1..=256 (flashattn::MAX_HEAD_DIM).
+    #[arg(long, value_delimiter = ',', value_parser = head_dim)]
+    pub head_dims: Option<Vec<usize>>,
+    /// Fixed batch size B (instead of B = tokens / N).
+    #[arg(long, value_parser = positive, conflicts_with = "tokens")]
+    pub batch: Option<usize>,
+    /// Fixed head count H (instead of H = hidden / d).
+    #[arg(long, value_parser = positive, conflicts_with = "hidden")]
+    pub heads: Option<usize>,
+    /// Tokens per batch: B = TOKENS / N (the headline rule is 16384).
+    #[arg(long, value_parser = positive)]
+    pub tokens: Option<usize>,
+    /// Hidden size: H = HIDDEN / d (the headline rule is 2048).
+    #[arg(long, value_parser = positive)]
+    pub hidden: Option<usize>,
+    /// Masks: none, causal, varlen (ragged lengths around N, same total), varlen-causal.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mask: Option<Vec<Mask>>,
+    /// Element types.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub dtype: Option<Vec<DTypeArg>>,
+    /// Query length when it differs from N (1 = decode-like).
+    #[arg(long, value_parser = positive)]
+    pub seqlen_q: Option<usize>,
+    /// Tile overrides for the flash methods, BLOCK_MxBLOCK_N (`auto`: the library's choice).
+    #[arg(long, value_delimiter = ',', value_parser = tiles)]
+    pub tiles: Option<Vec<TileArg>>,
+    /// Methods: flash, flash-tc, standard, auto.
+    #[arg(long, value_delimiter = ',', value_parser = method)]
+    pub methods: Option<Vec<Method>>,
+    /// Which shapes get upload/layout/launch-overhead/download measurements.
+    #[arg(long, value_enum, default_value_t = CompleteArg::Preset)]
+    pub complete_path: CompleteArg,
+    /// Output error checks.
+    #[arg(long, value_enum, default_value_t = Check::Full)]
+    pub check: Check,
+    /// Warm-up time per row before sampling, ms.
+    #[arg(long, default_value_t = 25.0, value_parser = positive_f64)]
+    pub warmup_ms: f64,
+    /// Sampling time per row, ms (at least 5 samples, 3 for calls over 50 ms).
+    #[arg(long, default_value_t = 100.0, value_parser = positive_f64, conflicts_with = "reps")]
+    pub rep_ms: f64,
+    /// Exactly this many samples per row (instead of --rep-ms).
+    #[arg(long, value_parser = positive)]
+    pub reps: Option<usize>,
+    /// Run PyTorch's SDPA backends on the same shapes (benches/peers.py; needs python3 + torch).
+    #[arg(long)]
+    pub peers: bool,
+    /// The peers script (default: peers.py next to this executable, else the source tree's).
+    #[arg(long)]
+    pub peers_script: Option<PathBuf>,
+    /// Python interpreter for the peers script.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Profile rows under Nsight Compute and record measured DRAM bytes.
+    #[arg(long)]
+    pub ncu: bool,
+    /// The ncu executable.
+    #[arg(long, default_value = "ncu")]
+    pub ncu_path: PathBuf,
+    /// Profile at most this many rows (the first measured ones of the complete-path shapes).
+    #[arg(long, default_value_t = 16)]
+    pub ncu_limit: usize,
+    /// Device ceilings for the roofline, `TB/s,TFLOP/s` (default: measured in the run).
+    #[arg(long, value_parser = ceilings)]
+    pub ceilings: Option<(f64, f64)>,
+    /// Output folder (default: results/<date>-<device>); rows are appended to bench.jsonl.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Commit recorded in every row (default: $FLASHATTN_COMMIT, else `git rev-parse HEAD`).
+    #[arg(long)]
+    pub commit: Option<String>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Run the CPU sweep even when a GPU is present.
+    #[arg(long)]
+    pub cpu: bool,
+    /// Print the rows the sweep would run and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Do not write the report at the end.
+    #[arg(long)]
+    pub no_report: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Write the output folder's path to this file (for `cargo xtask bench`).
+    #[arg(long, hide = true)]
+    pub out_marker: Option<PathBuf>,
+}
+
+/// `report`'s flags.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Folder with bench.jsonl (and peers.jsonl).
+    #[arg(long = "in")]
+    pub input: PathBuf,
+    /// Where report.md and the plots go (default: the same folder).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Roofline ceilings `TB/s,TFLOP/s` when the results hold none.
+    #[arg(long, value_parser = ceilings)]
+    pub ceilings: Option<(f64, f64)>,
+}
+
+/// `one`'s flags: a single shape and method.
+#[derive(Debug, Args)]
+pub struct OneArgs {
+    /// Element type.
+    #[arg(long, value_enum)]
+    pub dtype: DTypeArg,
+    /// Batch.
+    #[arg(long, value_parser = positive)]
+    pub batch: usize,
+    /// Heads.
+    #[arg(long, value_parser = positive)]
+    pub heads: usize,
+    /// Query length.
+    #[arg(long, value_parser = positive)]
+    pub seqlen_q: usize,
+    /// Key length.
+    #[arg(long, value_parser = positive)]
+    pub seqlen_k: usize,
+    /// Head dim.
+    #[arg(long, value_parser = head_dim)]
+    pub head_dim: usize,
+    /// Mask.
+    #[arg(long, value_enum)]
+    pub mask: Mask,
+    /// Method.
+    #[arg(long, value_parser = method)]
+    pub method: Method,
+    /// Tile override.
+    #[arg(long, value_parser = tiles)]
+    pub tiles: Option<TileArg>,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
+impl OneArgs {
+    /// The shape and variant.
+    pub fn case(&self) -> (Shape, Variant) {
+        let shape = Shape {
+            dtype: self.dtype.into(),
+            batch: self.batch,
+            heads: self.heads,
+            seqlen_q: self.seqlen_q,
+            seqlen_k: self.seqlen_k,
+            head_dim: self.head_dim,
+            mask: self.mask,
+        };
+        (shape, Variant { method: self.method, tiles: self.tiles.and_then(|t| t.0) })
+    }
+
+    /// The argument list that reproduces `one` for a shape and variant.
+    pub fn args_for(shape: &Shape, variant: &Variant, device: usize) -> Vec<String> {
+        let dtype = match shape.dtype {
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        };
+        let mut a: Vec<String> = [
+            "one",
+            "--dtype",
+            dtype,
+            "--batch",
+            &shape.batch.to_string(),
+            "--heads",
+            &shape.heads.to_string(),
+            "--seqlen-q",
+            &shape.seqlen_q.to_string(),
+            "--seqlen-k",
+            &shape.seqlen_k.to_string(),
+            "--head-dim",
+            &shape.head_dim.to_string(),
+            "--mask",
+            shape.mask.name(),
+            "--method",
+            variant.method.name(),
+            "--device",
+            &device.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        if let Some(t) = variant.tiles {
+            a.extend(["--tiles".to_string(), t.to_string()]);
+        }
+        a
+    }
+}
+
+/// A `--tiles` entry: a tile override, or `auto` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileArg(pub Option<TileSpec>);
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) | Err(_) => Err(format!("`{s}` is not a positive integer")),
+        Ok(x) => Ok(x),
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
+}
+
+fn head_dim(s: &str) -> Result<usize, String> {
+    let max = flashattn::MAX_HEAD_DIM;
+    match s.trim().parse::<usize>() {
+        Ok(d) if (1..=max).contains(&d) => Ok(d),
+        _ => Err(format!("head dim `{s}` is not supported: allowed values are 1..={max} (flashattn::MAX_HEAD_DIM)")),
+    }
+}
+
+fn tiles(s: &str) -> Result<TileArg, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(TileArg(None));
+    }
+    s.parse::<TileSpec>().map(|t| TileArg(Some(t))).map_err(|e| format!("{e}, or `auto`"))
+}
+
+fn method(s: &str) -> Result<Method, String> {
+    s.trim().parse::<Method>()
+}
+
+fn ceilings(s: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("ceilings `{s}`: expected TB/s,TFLOP/s with positive numbers, e.g. 4.3,790");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let a = positive_f64(a).map_err(|_| bad())?;
+    let b = positive_f64(b).map_err(|_| bad())?;
+    Ok((a, b))
+}
+
+impl RunArgs {
+    /// The preset's blocks with this command line's overrides, expanded into cases.
+    pub fn cases(&self) -> Result<Vec<Case>, String> {
+        let o = self.overrides();
+        let blocks: Vec<_> = self.preset.blocks().into_iter().map(|b| o.apply(b)).collect();
+        let cases = expand(&blocks)?;
+        if cases.is_empty() {
+            return Err("the sweep is empty".into());
+        }
+        Ok(cases)
+    }
+
+    /// The axis overrides this command line asks for.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            seqlens: self.seqlens.clone(),
+            head_dims: self.head_dims.clone(),
+            batch: self.batch.map(Size::Fixed).or(self.tokens.map(Size::Per)),
+            heads: self.heads.map(Size::Fixed).or(self.hidden.map(Size::Per)),
+            masks: self.mask.clone(),
+            dtypes: self.dtype.as_ref().map(|v| v.iter().map(|&d| d.into()).collect()),
+            seqlen_q: self.seqlen_q,
+            tiles: self.tiles.as_ref().map(|v| v.iter().map(|t| t.0).collect()),
+            methods: self.methods.clone(),
+            complete: match self.complete_path {
+                CompleteArg::Preset => None,
+                CompleteArg::All => Some(true),
+                CompleteArg::None => Some(false),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("flashattn-bench").chain(args.iter().copied()))
+    }
+
+    fn run_args(args: &[&str]) -> Box<RunArgs> {
+        match parse(&[&["run"], args].concat()).unwrap().command {
+            Command::Run(r) => r,
+            c => panic!("{c:?}"),
+        }
+    }
+
+    #[test]
+    fn every_axis_flag_parses() {
+        let r = run_args(&[
+            "--seqlens",
+            "1024,2048",
+            "--head-dims",
+            "64,128",
+            "--tokens",
+            "16384",
+            "--hidden",
+            "2048",
+            "--mask",
+            "none,causal,varlen",
+            "--dtype",
+            "bf16,f16,f32",
+            "--seqlen-q",
+            "1",
+            "--tiles",
+            "64x64,32x128,auto",
+            "--methods",
+            "flash,flash-tc,standard",
+            "--peers",
+            "--ncu",
+            "--out",
+            "x",
+            "--warmup-ms",
+            "10",
+            "--reps",
+            "7",
+            "--ceilings",
+            "4.3,790",
+        ]);
+        assert_eq!(r.seqlens, Some(vec![1024, 2048]));
+        assert_eq!(r.mask, Some(vec![Mask::Dense, Mask::Causal, Mask::Varlen]));
+        assert_eq!(r.tiles.as_ref().unwrap()[2], TileArg(None));
+        assert_eq!(r.ceilings, Some((4.3, 790.0)));
+        let cases = r.cases().unwrap();
+        // 3 dtypes × 2 d × 3 masks × 2 N.
+        assert_eq!(cases.len(), 36);
+        assert!(cases.iter().all(|c| c.shape.seqlen_q == 1));
+        let c = cases.iter().find(|c| c.shape.key() == "bf16/B8/H16/N1x2048/d128/none").unwrap();
+        let labels: Vec<_> = c.variants.iter().map(|v| v.label()).collect();
+        assert_eq!(labels, ["flash 64x64", "flash 32x128", "flash", "flash-tc 64x64", "flash-tc 32x128", "flash-tc", "standard"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_allowed_ones() {
+        let err = |args: &[&str]| parse(&[&["run"], args].concat()).unwrap_err().to_string();
+        let e = err(&["--mask", "none,diagonal"]);
+        assert!(e.contains("diagonal") && e.contains("causal") && e.contains("varlen"), "{e}");
+        let e = err(&["--dtype", "f64"]);
+        assert!(e.contains("bf16") && e.contains("f16") && e.contains("f32"), "{e}");
+        for d in ["0", "257"] {
+            let e = err(&["--head-dims", d]);
+            assert!(e.contains("1..=256"), "{e}");
+        }
+        let e = err(&["--tiles", "64by64"]);
+        assert!(e.contains("BLOCK_MxBLOCK_N"), "{e}");
+        let e = err(&["--methods", "fast"]);
+        assert!(e.contains("flash-tc") && e.contains("standard"), "{e}");
+        assert!(err(&["--seqlens", "0"]).contains("positive"));
+        assert!(err(&["--batch", "2", "--tokens", "3"]).contains("cannot be used with"));
+        assert!(err(&["--ceilings", "4.3"]).contains("TB/s,TFLOP/s"));
+        assert!(err(&["--preset", "huge"]).contains("headline"));
+    }
+
+    #[test]
+    fn fixed_batch_and_heads() {
+        let r = run_args(&["--preset", "headline", "--batch", "2", "--heads", "4", "--seqlens", "64"]);
+        let cases = r.cases().unwrap();
+        assert!(cases.iter().all(|c| c.shape.batch == 2 && c.shape.heads == 4 && c.shape.seqlen_k == 64));
+        assert_eq!(cases.len(), 8);
+    }
+
+    #[test]
+    fn one_round_trips() {
+        let shape = Shape {
+            dtype: DType::F16,
+            batch: 2,
+            heads: 3,
+            seqlen_q: 5,
+            seqlen_k: 7,
+            head_dim: 96,
+            mask: Mask::VarlenCausal,
+        };
+        let variant = Variant { method: Method::Flash, tiles: Some(TileSpec { block_m: 32, block_n: 64 }) };
+        let args = OneArgs::args_for(&shape, &variant, 1);
+        let cli = Cli::try_parse_from(std::iter::once("flashattn-bench".to_string()).chain(args)).unwrap();
+        let Command::One(one) = cli.command else { panic!() };
+        assert_eq!(one.case(), (shape, variant));
+        assert_eq!(one.device, 1);
+    }
+}

@@ -1,0 +1,646 @@
+//! The GPU runner: for each shape, input sets in device memory, the references, then one row per
+//! method variant with its kernel time, memory, error and (on a subset) the complete path.
+//!
+//! How a row is timed: after one warm call and one checked call, one call is timed alone to
+//! estimate its length, then warm-up calls run for `--warmup-ms`; then each sample is a pair of
+//! CUDA events ([`flashattn::GpuTimer`]) around one `Device::attention` call, or around a batch of
+//! back-to-back calls (divided by their count) when one call is shorter than
+//! [`BATCH_BELOW_MS`]. Consecutive calls rotate through several input sets whose inputs together
+//! exceed twice the L2 cache, so no call finds its inputs in L2. Samples are enqueued back to back
+//! and read after one synchronization. The time includes everything the call enqueues (for
+//! standard attention: the allocation of S and P, two GEMMs, the softmax kernel, the frees).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use flashattn::{DType, Device, DeviceBuffer, Error, GpuTimer, InvalidInput, Method, Plan, Problem, bf16, f16};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::cli::{Check, OneArgs, RunArgs};
+use crate::inputs::{PoolElem, Pools, SLACK, window_offsets};
+use crate::meta::RunInfo;
+use crate::models::{self, Layouts};
+use crate::oracle;
+use crate::record::{CompletePath, ErrorStats, Row, Timing};
+use crate::shapes::{Case, Shape, Variant, check_shape};
+use crate::stats::Summary;
+
+/// Input sets per shape at least (more when needed to exceed twice the L2).
+pub const MIN_SETS: usize = 3;
+/// Input sets per shape at most.
+pub const MAX_SETS: usize = 64;
+/// Calls shorter than this are timed in batches (ms).
+pub const BATCH_BELOW_MS: f64 = 0.2;
+/// Most calls per batch.
+const MAX_BATCH: usize = 64;
+/// Most samples per row.
+const MAX_SAMPLES: usize = 500;
+/// Calls longer than this need only 3 samples (ms).
+const LONG_CALL_MS: f64 = 50.0;
+/// FLOPs the f64 oracle may spend per shape.
+pub const ORACLE_BUDGET: f64 = 2e9;
+/// GPU time the launch-overhead measurements aim for (ms).
+const COMPLETE_WINDOW_MS: f64 = 20.0;
+
+/// What the sweep loop should do next.
+pub enum Flow {
+    /// Go on.
+    Continue,
+    /// Ctrl-C: stop, keep what was written.
+    Stop,
+    /// The device no longer works (a sticky CUDA error): stop.
+    DeviceLost(String),
+}
+
+/// One input set and its outputs, in device memory.
+struct Set<T> {
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    o: DeviceBuffer<T>,
+    lse: DeviceBuffer<f32>,
+}
+
+/// The status a failed call gets, and the bytes it needed when it ran out of memory.
+pub fn classify(e: &Error) -> (&'static str, Option<u64>) {
+    match e {
+        Error::OutOfMemory { requested, .. } => ("oom", Some(*requested)),
+        Error::InvalidInput(InvalidInput::Unsupported { .. }) | Error::BlasMissing => ("unsupported", None),
+        Error::InvalidInput(_) | Error::SharedMemoryExceeded { .. } => ("invalid", None),
+        _ => ("error", None),
+    }
+}
+
+/// A row with the shape's fields filled in.
+pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
+    let s = &case.shape;
+    Row {
+        backend: backend.to_string(),
+        run_id: info.run_id.clone(),
+        device: info.device.clone(),
+        commit: info.commit.clone(),
+        key: s.key(),
+        group: case.group.to_string(),
+        dtype: s.dtype.name().to_string(),
+        batch: s.batch,
+        heads: s.heads,
+        seqlen_q: s.seqlen_q,
+        seqlen_k: s.seqlen_k,
+        head_dim: s.head_dim,
+        mask: s.mask.name().to_string(),
+        status: "ok".to_string(),
+        flops: models::flops(s),
+        io_bytes: models::io_bytes(s),
+        bytes_compulsory: Some(models::compulsory_bytes(s)),
+        ..Default::default()
+    }
+}
+
+/// The row of a variant before it runs.
+fn variant_row(base: &Row, v: &Variant) -> Row {
+    Row { method: v.method.name().to_string(), tiles: v.tiles.map(|t| t.to_string()), ..base.clone() }
+}
+
+fn fail(row: &mut Row, e: &Error) {
+    let (status, needed) = classify(e);
+    row.status = status.to_string();
+    row.oom_needed_bytes = needed;
+    row.message = Some(e.to_string());
+}
+
+/// The GPU sweep's state: the device, the random pools, and reusable timers.
+pub struct GpuRunner<'a> {
+    dev: &'a Device,
+    args: &'a RunArgs,
+    info: &'a RunInfo,
+    pools: Pools,
+    timers: Vec<GpuTimer>,
+    seed: u64,
+}
+
+/// Pool length for a list of shapes: the largest tensor plus room for offsets.
+pub fn pool_len<'s>(shapes: impl Iterator<Item = &'s Shape>) -> usize {
+    shapes.map(|s| Layouts::new(s, false).lens()).map(|(q, k)| q.max(k)).max().unwrap_or(0) + SLACK
+}
+
+impl<'a> GpuRunner<'a> {
+    /// Draws the random pools for `cases`.
+    pub fn new(dev: &'a Device, args: &'a RunArgs, info: &'a RunInfo, cases: &[Case]) -> GpuRunner<'a> {
+        let mut dtypes: Vec<DType> = cases.iter().map(|c| c.shape.dtype).collect();
+        dtypes.sort();
+        dtypes.dedup();
+        let pools = Pools::new(pool_len(cases.iter().map(|c| &c.shape)), args.seed, &dtypes);
+        GpuRunner { dev, args, info, pools, timers: Vec::new(), seed: args.seed }
+    }
+
+    /// Runs every variant of one case, handing each finished row to `emit`.
+    pub fn run_case(
+        &mut self,
+        case: &Case,
+        stop: &AtomicBool,
+        emit: &mut dyn FnMut(Row) -> Result<(), String>,
+    ) -> Result<Flow, String> {
+        match case.shape.dtype {
+            DType::BF16 => self.run_typed::<bf16>(case, stop, emit),
+            DType::F16 => self.run_typed::<f16>(case, stop, emit),
+            DType::F32 => self.run_typed::<f32>(case, stop, emit),
+        }
+    }
+
+    /// Whether the device still works after a failed row.
+    fn health(&self) -> Flow {
+        let probe = || -> flashattn::Result<()> {
+            self.dev.synchronize()?;
+            let _b = self.dev.alloc_zeros::<f32>(1)?;
+            self.dev.synchronize()
+        };
+        match probe() {
+            Ok(()) => Flow::Continue,
+            Err(e) => Flow::DeviceLost(format!("the device stopped working: {e}")),
+        }
+    }
+
+    fn alloc_set<T: PoolElem>(&self, l: &Layouts, lse_len: usize, rng: &mut SmallRng) -> flashattn::Result<(Set<T>, [usize; 3])> {
+        let (lq, lk) = l.lens();
+        let offs = window_offsets(rng);
+        let upload = |off: usize, len: usize| -> flashattn::Result<DeviceBuffer<T>> {
+            let mut b = self.dev.alloc::<T>(len)?;
+            if let Some(w) = self.pools.window::<T>(off, len) {
+                self.dev.copy_to_device(w, &mut b)?;
+            }
+            Ok(b)
+        };
+        let set = Set {
+            q: upload(offs[0], lq)?,
+            k: upload(offs[1], lk)?,
+            v: upload(offs[2], lk)?,
+            o: self.dev.alloc::<T>(lq)?,
+            lse: self.dev.alloc::<f32>(lse_len)?,
+        };
+        Ok((set, offs))
+    }
+
+    fn run_typed<T: PoolElem>(
+        &mut self,
+        case: &Case,
+        stop: &AtomicBool,
+        emit: &mut dyn FnMut(Row) -> Result<(), String>,
+    ) -> Result<Flow, String> {
+        let shape = &case.shape;
+        let base = base_row(case, "gpu", self.info);
+        let fail_all = |emit: &mut dyn FnMut(Row) -> Result<(), String>, status: &str, msg: String, needed: Option<u64>| {
+            for v in &case.variants {
+                let mut r = variant_row(&base, v);
+                r.status = status.to_string();
+                r.message = Some(msg.clone());
+                r.oom_needed_bytes = needed;
+                emit(r)?;
+            }
+            Ok::<(), String>(())
+        };
+        let problem = match models::problem(shape) {
+            Ok(p) => p,
+            Err(e) => {
+                fail_all(emit, "invalid", e.to_string(), None)?;
+                return Ok(Flow::Continue);
+            }
+        };
+        let layouts = Layouts::new(shape, false);
+        let (lq, lk) = layouts.lens();
+        let e = shape.dtype.size_bytes() as u64;
+        let input_bytes = (lq as u64 + 2 * lk as u64) * e;
+        let set_bytes = input_bytes + lq as u64 * e + 4 * problem.lse_len() as u64;
+        let free = self.dev.memory_info().map(|m| m.0).unwrap_or(0);
+        let want = MIN_SETS.max((2 * self.dev.props().l2_bytes).div_ceil(input_bytes.max(1)) as usize).min(MAX_SETS);
+        let fit = ((free / 4) / set_bytes.max(1)).max(1) as usize;
+        let nsets = want.min(fit);
+
+        let mut rng = SmallRng::seed_from_u64(self.seed ^ fxhash(&shape.key()));
+        let mut sets: Vec<Set<T>> = Vec::with_capacity(nsets);
+        let mut offsets0 = [0usize; 3];
+        for i in 0..nsets {
+            match self.alloc_set::<T>(&layouts, problem.lse_len(), &mut rng) {
+                Ok((s, offs)) => {
+                    if i == 0 {
+                        offsets0 = offs;
+                    }
+                    sets.push(s);
+                }
+                Err(err) if sets.is_empty() => {
+                    let (status, needed) = classify(&err);
+                    fail_all(emit, status, format!("allocating the inputs: {err}"), needed)?;
+                    return Ok(self.health());
+                }
+                Err(_) => break,
+            }
+        }
+        let host = |off: usize, len: usize| self.pools.window::<T>(off, len).unwrap_or(&[]);
+        let (hq, hk, hv) = (host(offsets0[0], lq), host(offsets0[1], lk), host(offsets0[2], lk));
+
+        // References: the f64 oracle on a slice or two, and where it only samples rows, a GPU f32
+        // flash run over every element.
+        let checks = (self.args.check != Check::None).then(|| oracle::plan(&problem, ORACLE_BUDGET));
+        let refs: Vec<Vec<f64>> = checks
+            .iter()
+            .flat_map(|c| c.slices.iter())
+            .map(|(s, h, rows)| oracle::reference(&problem, hq, hk, hv, *s, *h, rows))
+            .collect();
+        let need_f32 = self.args.check == Check::Full
+            && shape.dtype != DType::F32
+            && checks.as_ref().is_some_and(|c| !c.complete);
+        let f32_ref: Result<Option<Vec<f32>>, String> = if need_f32 {
+            self.f32_reference(shape, &layouts, [hq, hk, hv]).map(Some).map_err(|e| format!("f32 reference: {e}"))
+        } else {
+            Ok(None)
+        };
+
+        let transfers = if case.complete { Some(self.transfers(&mut sets[0], [hq, hk, hv])) } else { None };
+
+        for v in &case.variants {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(Flow::Stop);
+            }
+            let mut row = variant_row(&base, v);
+            let opts = models::options(shape, Some(v));
+            let plan = match self.dev.plan::<T>(&problem, &opts) {
+                Ok(p) => p,
+                Err(err) => {
+                    fail(&mut row, &err);
+                    emit(row)?;
+                    continue;
+                }
+            };
+            row.block_m = Some(plan.block_m);
+            row.block_n = Some(plan.block_n);
+            row.kernel = Some(plan.kernel.to_string());
+            row.extra_bytes_plan = Some(plan.extra_bytes);
+            row.bytes_model = Some(models::method_bytes(shape, plan.method, plan.block_m, plan.block_n));
+            let mut calls = Calls { dev: self.dev, sets: &mut sets, opts: &opts, layouts, next: 0 };
+            let measured = measure(&mut calls, &mut self.timers, self.args);
+            match measured {
+                Ok(m) => {
+                    row.timing = Some(m.timing);
+                    row.extra_bytes_measured = Some(m.extra_measured);
+                    if let Some(c) = &checks {
+                        row.error = Some(error_stats(&problem, &m.output, c, &refs, &f32_ref, shape.dtype));
+                    }
+                    if let Some(t) = &transfers {
+                        let mut cp = t.clone();
+                        complete_path(&mut calls, &mut self.timers, shape, &plan, m.est_ms, &mut cp);
+                        row.complete = Some(cp);
+                    }
+                    emit(row)?;
+                }
+                Err(err) => {
+                    fail(&mut row, &err);
+                    emit(row)?;
+                    if let Flow::DeviceLost(msg) = self.health() {
+                        return Ok(Flow::DeviceLost(msg));
+                    }
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Every output element of the flash method on f32 copies of set 0's inputs.
+    fn f32_reference<T: PoolElem>(&self, shape: &Shape, l: &Layouts, host: [&[T]; 3]) -> flashattn::Result<Vec<f32>> {
+        let up = |h: &[T]| {
+            let wide: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+            self.dev.upload(&wide)
+        };
+        let (q, k, v) = (up(host[0])?, up(host[1])?, up(host[2])?);
+        let mut o = self.dev.alloc::<f32>(l.lens().0)?;
+        let opts = models::options(shape, Some(&Variant { method: Method::Flash, tiles: None }));
+        self.dev.attention(q.view(l.q), k.view(l.k), v.view(l.k), o.view_mut(l.o), None, &opts)?;
+        self.dev.download(&o)
+    }
+
+    /// Host↔device copies of one set (wall clock, median of 3), from and to plain and pinned
+    /// host memory.
+    fn transfers<T: PoolElem>(&self, set: &mut Set<T>, host: [&[T]; 3]) -> CompletePath {
+        let dev = self.dev;
+        let esize = size_of::<T>() as u64;
+        let mut cp = CompletePath {
+            upload_bytes: host.iter().map(|h| h.len() as u64 * esize).sum(),
+            download_bytes: set.o.len() as u64 * esize,
+            ..Default::default()
+        };
+        let time3 = |f: &mut dyn FnMut() -> flashattn::Result<()>| -> Result<f64, String> {
+            let mut t = Vec::new();
+            for _ in 0..3 {
+                dev.synchronize().map_err(|e| e.to_string())?;
+                let start = Instant::now();
+                f().map_err(|e| e.to_string())?;
+                dev.synchronize().map_err(|e| e.to_string())?;
+                t.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            Summary::of(&t).map(|s| s.median).ok_or_else(|| "no sample".to_string())
+        };
+        let note = |cp: &mut CompletePath, what: &str, r: Result<f64, String>| match r {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                cp.notes.push(format!("{what}: {e}"));
+                None
+            }
+        };
+        let r = time3(&mut || {
+            dev.copy_to_device(host[0], &mut set.q)?;
+            dev.copy_to_device(host[1], &mut set.k)?;
+            dev.copy_to_device(host[2], &mut set.v)
+        });
+        cp.upload_ms = note(&mut cp, "upload", r);
+        let mut out = vec![T::default(); set.o.len()];
+        let r = time3(&mut || dev.copy_to_host(&set.o, &mut out));
+        cp.download_ms = note(&mut cp, "download", r);
+        drop(out);
+        match self.pinned_transfers(set, host, &time3) {
+            Ok((up, down)) => {
+                cp.upload_pinned_ms = Some(up);
+                cp.download_pinned_ms = Some(down);
+            }
+            Err(e) => cp.notes.push(format!("pinned copies: {e}")),
+        }
+        cp
+    }
+
+    fn pinned_transfers<T: PoolElem>(
+        &self,
+        set: &mut Set<T>,
+        host: [&[T]; 3],
+        time3: &dyn Fn(&mut dyn FnMut() -> flashattn::Result<()>) -> Result<f64, String>,
+    ) -> Result<(f64, f64), String> {
+        let ctx = self.dev.stream().context();
+        let pin = |len: usize| {
+            // SAFETY: page-locked host memory of plain floats, written before it is read.
+            unsafe { ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }.map_err(|e| e.to_string())
+        };
+        let mut pinned = Vec::new();
+        for h in host {
+            let mut p = pin(h.len())?;
+            p.as_mut_slice().map_err(|e| e.to_string())?[..h.len()].copy_from_slice(h);
+            pinned.push(p);
+        }
+        let slices: Vec<&[T]> = pinned
+            .iter()
+            .zip(host)
+            .map(|(p, h)| p.as_slice().map(|s| &s[..h.len()]).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let up = time3(&mut || {
+            self.dev.copy_to_device(slices[0], &mut set.q)?;
+            self.dev.copy_to_device(slices[1], &mut set.k)?;
+            self.dev.copy_to_device(slices[2], &mut set.v)
+        })?;
+        let mut out = pin(set.o.len())?;
+        let dst = &mut out.as_mut_slice().map_err(|e| e.to_string())?[..set.o.len()];
+        let down = time3(&mut || self.dev.copy_to_host(&set.o, &mut *dst))?;
+        Ok((up, down))
+    }
+}
+
+/// A small, stable string hash (FNV-1a) for per-shape seeds.
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Calls on rotating input sets.
+struct Calls<'c, T> {
+    dev: &'c Device,
+    sets: &'c mut [Set<T>],
+    opts: &'c flashattn::AttentionOptions,
+    /// The `(B, N, H, d)` layouts the sets were allocated for.
+    layouts: Layouts,
+    next: usize,
+}
+
+impl<T: PoolElem> Calls<'_, T> {
+    /// One call on set `i mod sets` with layouts `l`.
+    fn on(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
+        let n = self.sets.len();
+        let s = &mut self.sets[i % n];
+        self.dev.attention(s.q.view(l.q), s.k.view(l.k), s.v.view(l.k), s.o.view_mut(l.o), Some(&mut s.lse), self.opts)
+    }
+
+    /// One call on the next set.
+    fn next(&mut self, l: &Layouts) -> flashattn::Result<Plan> {
+        self.next += 1;
+        self.on(self.next, l)
+    }
+}
+
+/// What [`measure`] found.
+struct Measured<T> {
+    timing: Timing,
+    est_ms: f64,
+    extra_measured: u64,
+    output: Vec<T>,
+}
+
+/// Grows the timer pool to `n`.
+fn timers(pool: &mut Vec<GpuTimer>, dev: &Device, n: usize) -> flashattn::Result<()> {
+    while pool.len() < n {
+        pool.push(GpuTimer::new(dev)?);
+    }
+    Ok(())
+}
+
+/// Times `samples` samples of `batch` calls each, with layouts `l`; per-call milliseconds.
+fn sample<T: PoolElem>(
+    calls: &mut Calls<'_, T>,
+    pool: &mut Vec<GpuTimer>,
+    l: &Layouts,
+    samples: usize,
+    batch: usize,
+) -> flashattn::Result<Vec<f64>> {
+    timers(pool, calls.dev, samples)?;
+    for t in pool.iter().take(samples) {
+        t.start(calls.dev)?;
+        for _ in 0..batch {
+            calls.next(l)?;
+        }
+        t.stop(calls.dev)?;
+    }
+    calls.dev.synchronize()?;
+    pool.iter().take(samples).map(|t| t.elapsed_ms().map(|ms| ms as f64 / batch as f64)).collect()
+}
+
+/// Warm-up, memory, output and kernel time of one variant (see the module doc).
+fn measure<T: PoolElem>(calls: &mut Calls<'_, T>, pool: &mut Vec<GpuTimer>, args: &RunArgs) -> flashattn::Result<Measured<T>> {
+    let dev = calls.dev;
+    let l = calls.layouts;
+    // Warm call: first-use costs (cuBLAS handle, shared-memory attribute) are paid here.
+    calls.on(0, &l)?;
+    dev.synchronize()?;
+    // Checked call on set 0, output poisoned with NaN first; free memory read while it is queued.
+    dev.fill_nan(&mut calls.sets[0].o)?;
+    dev.synchronize()?;
+    let before = dev.memory_info()?.0;
+    calls.on(0, &l)?;
+    let during = dev.memory_info()?.0;
+    dev.synchronize()?;
+    let output = dev.download(&calls.sets[0].o)?;
+    // Estimate, warm up, sample.
+    let est1 = sample(calls, pool, &l, 1, 1)?[0].max(1e-4);
+    let warm = ((args.warmup_ms / est1).ceil() as usize).clamp(1, 10_000);
+    let est = sample(calls, pool, &l, 1, warm)?[0].max(1e-4);
+    let batch = if est < BATCH_BELOW_MS { ((BATCH_BELOW_MS / est).ceil() as usize).clamp(1, MAX_BATCH) } else { 1 };
+    let min_samples = if est > LONG_CALL_MS { 3 } else { 5 };
+    let samples = args
+        .reps
+        .unwrap_or_else(|| ((args.rep_ms / (est * batch as f64)).ceil() as usize).clamp(min_samples, MAX_SAMPLES));
+    let per_call = sample(calls, pool, &l, samples, batch)?;
+    let summary = Summary::of(&per_call).unwrap_or_default();
+    Ok(Measured {
+        timing: Timing::from_summary(&summary, batch, 3 + warm, calls.sets.len(), "cuda-events"),
+        est_ms: est,
+        extra_measured: before.saturating_sub(during),
+        output,
+    })
+}
+
+/// Errors of a variant's output against the references.
+fn error_stats<T: PoolElem>(
+    p: &Problem,
+    out: &[T],
+    checks: &oracle::Checks,
+    refs: &[Vec<f64>],
+    f32_ref: &Result<Option<Vec<f32>>, String>,
+    dtype: DType,
+) -> ErrorStats {
+    let d = oracle::compare(p, out, checks, refs);
+    let mut e = ErrorStats {
+        oracle_max_abs: Some(d.max_abs),
+        oracle_ref_max_abs: Some(d.ref_max_abs),
+        oracle_rows: checks.rows(),
+        oracle_complete: checks.complete,
+        nonfinite: d.nonfinite,
+        unit_roundoff: dtype.unit_roundoff(),
+        ..Default::default()
+    };
+    match f32_ref {
+        Ok(Some(r)) => {
+            let all = oracle::compare_all(out, r);
+            e.f32_ref_max_abs = Some(all.max_abs);
+            e.nonfinite = e.nonfinite.max(all.nonfinite);
+        }
+        Ok(None) => {}
+        Err(msg) => e.note = Some(msg.clone()),
+    }
+    e
+}
+
+/// Layout, enqueue cost, stream vs CUDA-graph time per call, added to `cp`.
+fn complete_path<T: PoolElem>(
+    calls: &mut Calls<'_, T>,
+    pool: &mut Vec<GpuTimer>,
+    shape: &Shape,
+    plan: &Plan,
+    est_ms: f64,
+    cp: &mut CompletePath,
+) {
+    let dev = calls.dev;
+    let bshd = calls.layouts;
+    let k = ((COMPLETE_WINDOW_MS / est_ms.max(1e-4)).ceil() as usize).clamp(2, 100);
+    cp.calls = k;
+    // The same call on (B, H, N, d) tensors (not for varlen, which is packed by tokens).
+    if !shape.mask.varlen() {
+        let bhsd = Layouts::new(shape, true);
+        let r = calls.on(0, &bhsd).and_then(|_| sample(calls, pool, &bhsd, 3, 1));
+        match r {
+            Ok(ms) => cp.bhsd_median_ms = Summary::of(&ms).map(|s| s.median),
+            Err(e) => cp.notes.push(format!("bhsd layout: {e}")),
+        }
+    }
+    // Back to back on the stream: host time per enqueue, GPU time per call.
+    let r = (|| -> flashattn::Result<(f64, f64)> {
+        timers(pool, dev, 1)?;
+        dev.synchronize()?;
+        pool[0].start(dev)?;
+        let start = Instant::now();
+        for _ in 0..k {
+            calls.next(&bshd)?;
+        }
+        let enqueue = start.elapsed().as_secs_f64() * 1e6 / k as f64;
+        pool[0].stop(dev)?;
+        dev.synchronize()?;
+        Ok((enqueue, pool[0].elapsed_ms()? as f64 / k as f64))
+    })();
+    match r {
+        Ok((us, ms)) => {
+            cp.enqueue_us = Some(us);
+            cp.stream_ms_per_call = Some(ms);
+        }
+        Err(e) => cp.notes.push(format!("back-to-back calls: {e}")),
+    }
+    // The same calls captured into a CUDA graph and replayed. Standard attention allocates
+    // scratch memory in each call, and varlen uploads offsets: neither is captured here.
+    if plan.method == Method::Standard || shape.mask.varlen() {
+        cp.notes.push("graph: not captured (the call allocates or uploads)".to_string());
+        return;
+    }
+    match graph_per_call(calls, pool, &bshd, k) {
+        Ok(ms) => cp.graph_ms_per_call = Some(ms),
+        Err(e) => cp.notes.push(format!("graph: {e}")),
+    }
+}
+
+fn graph_per_call<T: PoolElem>(calls: &mut Calls<'_, T>, pool: &mut Vec<GpuTimer>, l: &Layouts, k: usize) -> Result<f64, String> {
+    let dev = calls.dev;
+    let stream = dev.stream();
+    dev.synchronize().map_err(|e| e.to_string())?;
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(|e| format!("begin capture: {e}"))?;
+    let mut first_err = None;
+    for _ in 0..k {
+        if let Err(e) = calls.next(l) {
+            first_err = Some(e.to_string());
+            break;
+        }
+    }
+    // Always end the capture, so the stream is usable whatever happened.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    if let Some(e) = first_err {
+        return Err(format!("a call failed while capturing: {e}"));
+    }
+    let graph = graph.map_err(|e| format!("end capture: {e}"))?.ok_or("the capture recorded nothing")?;
+    graph.upload().map_err(|e| format!("graph upload: {e}"))?;
+    timers(pool, dev, 1).map_err(|e| e.to_string())?;
+    pool[0].start(dev).map_err(|e| e.to_string())?;
+    graph.launch().map_err(|e| format!("graph launch: {e}"))?;
+    pool[0].stop(dev).map_err(|e| e.to_string())?;
+    dev.synchronize().map_err(|e| e.to_string())?;
+    Ok(pool[0].elapsed_ms().map_err(|e| e.to_string())? as f64 / k as f64)
+}
+
+/// `one`: a single call on one shape (what Nsight Compute profiles). Prints nothing on stdout.
+pub fn one(args: &OneArgs) -> Result<(), String> {
+    let (shape, variant) = args.case();
+    check_shape(&shape)?;
+    let dev = Device::new(args.device).map_err(|e| e.to_string())?;
+    let pools = Pools::new(pool_len(std::iter::once(&shape)), 0x5eed, &[shape.dtype]);
+    match shape.dtype {
+        DType::BF16 => one_typed::<bf16>(&dev, &pools, &shape, &variant),
+        DType::F16 => one_typed::<f16>(&dev, &pools, &shape, &variant),
+        DType::F32 => one_typed::<f32>(&dev, &pools, &shape, &variant),
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn one_typed<T: PoolElem>(dev: &Device, pools: &Pools, shape: &Shape, variant: &Variant) -> flashattn::Result<()> {
+    let l = Layouts::new(shape, false);
+    let (lq, lk) = l.lens();
+    let up = |off: usize, len: usize| -> flashattn::Result<DeviceBuffer<T>> {
+        let mut b = dev.alloc::<T>(len)?;
+        if let Some(w) = pools.window::<T>(off, len) {
+            dev.copy_to_device(w, &mut b)?;
+        }
+        Ok(b)
+    };
+    let (q, k, v) = (up(0, lq)?, up(17, lk)?, up(41, lk)?);
+    let mut o = dev.alloc::<T>(lq)?;
+    let p = models::problem(shape)?;
+    let mut lse = dev.alloc::<f32>(p.lse_len())?;
+    dev.attention(q.view(l.q), k.view(l.k), v.view(l.k), o.view_mut(l.o), Some(&mut lse), &models::options(shape, Some(variant)))?;
+    dev.synchronize()
+}

@@ -1,0 +1,143 @@
+//! PyTorch peers in the same run: the shapes go to a JSON file, `peers.py` runs them through
+//! `scaled_dot_product_attention` pinned to each backend and appends rows to `peers.jsonl`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+use crate::models;
+use crate::record::PEERS_FILE;
+use crate::shapes::Case;
+
+/// The shapes file's name in the output folder.
+pub const SHAPES_FILE: &str = "peers-shapes.json";
+
+/// One shape as the peers script reads it.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PeerShape {
+    /// The shape key (the peers' rows carry it, so the report can pair them with ours).
+    pub key: String,
+    /// Sweep part.
+    pub group: String,
+    /// bf16, f16, f32.
+    pub dtype: String,
+    /// B.
+    pub batch: usize,
+    /// H.
+    pub heads: usize,
+    /// Nq.
+    pub seqlen_q: usize,
+    /// Nk.
+    pub seqlen_k: usize,
+    /// d.
+    pub head_dim: usize,
+    /// none or causal.
+    pub mask: String,
+    /// Causal (only with Nq == Nk).
+    pub causal: bool,
+    /// FLOPs by the same formula as ours.
+    pub flops: f64,
+}
+
+/// The shapes PyTorch can run with the same semantics (no varlen; causal only square), once each.
+pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
+    let mut out: Vec<PeerShape> = Vec::new();
+    for c in cases.iter().filter(|c| c.shape.peer_comparable()) {
+        let s = &c.shape;
+        if out.iter().any(|p| p.key == s.key()) {
+            continue;
+        }
+        out.push(PeerShape {
+            key: s.key(),
+            group: c.group.to_string(),
+            dtype: s.dtype.name().to_string(),
+            batch: s.batch,
+            heads: s.heads,
+            seqlen_q: s.seqlen_q,
+            seqlen_k: s.seqlen_k,
+            head_dim: s.head_dim,
+            mask: s.mask.name().to_string(),
+            causal: s.mask.causal(),
+            flops: models::flops(s),
+        });
+    }
+    out
+}
+
+/// Where the script is: the flag, else next to this executable (the bundle's `bin/peers.py`),
+/// else in the source tree.
+pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_path_buf());
+    }
+    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("peers.py")));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers.py");
+    [beside, Some(PathBuf::from("benches/peers.py")), Some(source)].into_iter().flatten().find(|p| p.is_file())
+}
+
+/// Settings passed to the script.
+pub struct PeerRun<'a> {
+    /// Interpreter.
+    pub python: &'a str,
+    /// Script (see [`locate`]).
+    pub script: Option<PathBuf>,
+    /// Output folder.
+    pub out: &'a Path,
+    /// do_bench warm-up, ms.
+    pub warmup_ms: f64,
+    /// do_bench repetition time, ms.
+    pub rep_ms: f64,
+    /// Run id, commit (copied into the rows).
+    pub run_id: &'a str,
+    /// Commit.
+    pub commit: &'a str,
+}
+
+/// Runs the script on `cases`; its progress goes to this process's stderr. A missing interpreter,
+/// script or torch is an error message, never a panic.
+pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
+    let shapes = peer_shapes(cases);
+    if shapes.is_empty() {
+        return Ok(0);
+    }
+    let script = cfg.script.clone().ok_or("peers.py not found (looked next to the executable and in benches/); pass --peers-script")?;
+    let shapes_path = cfg.out.join(SHAPES_FILE);
+    let json = serde_json::to_string_pretty(&shapes).map_err(|e| e.to_string())?;
+    std::fs::write(&shapes_path, json).map_err(|e| format!("cannot write {}: {e}", shapes_path.display()))?;
+    let status = Command::new(cfg.python)
+        .arg(&script)
+        .arg("--shapes")
+        .arg(&shapes_path)
+        .arg("--out")
+        .arg(cfg.out.join(PEERS_FILE))
+        .args(["--warmup-ms", &cfg.warmup_ms.to_string(), "--rep-ms", &cfg.rep_ms.to_string()])
+        .args(["--run-id", cfg.run_id, "--commit", cfg.commit])
+        .status()
+        .map_err(|e| format!("cannot run `{} {}`: {e}", cfg.python, script.display()))?;
+    if !status.success() {
+        return Err(format!("`{} {}` exited with {status} (see its messages above)", cfg.python, script.display()));
+    }
+    Ok(shapes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::{Preset, expand};
+
+    #[test]
+    fn peer_shapes_skip_varlen_and_rectangular_causal() {
+        let cases = expand(&Preset::Full.blocks()).unwrap();
+        let shapes = peer_shapes(&cases);
+        assert!(shapes.iter().all(|s| !s.mask.contains("varlen")));
+        assert!(shapes.iter().all(|s| !s.causal || s.seqlen_q == s.seqlen_k));
+        assert!(shapes.iter().any(|s| s.seqlen_q == 1 && s.mask == "none"));
+        let headline = shapes.iter().filter(|s| s.group == "headline").count();
+        assert_eq!(headline, 40);
+        let s = shapes.iter().find(|s| s.key == "bf16/B16/H16/N1024x1024/d128/causal").unwrap();
+        assert_eq!(s.flops, 4.0 * 16.0 * 16.0 * 1024.0 * 1024.0 * 128.0 / 2.0);
+        assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
+        assert!(locate(None).is_some(), "the source tree's script");
+    }
+}
