@@ -143,7 +143,11 @@ impl Tiled {
             let b = seq.batch_index;
             // Keys query `t` sees: `0..visible_end(t)` (bottom-right aligned causal mask).
             let visible_end = |t: usize| {
-                if p.causal { (t + 1 + seq.len_k).saturating_sub(seq.len_q).min(seq.len_k) } else { seq.len_k }
+                if p.causal {
+                    (t + 1 + seq.len_k).saturating_sub(seq.len_q).min(seq.len_k)
+                } else {
+                    seq.len_k
+                }
             };
             for h in 0..p.q.heads {
                 let kh = h / group;

@@ -204,7 +204,11 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
     let c = f64::from(scale);
     let standard_scores: Vec<Vec<f64>> = q
         .iter()
-        .map(|qr| k.iter().map(|kr| c * qr.iter().zip(kr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>()).collect())
+        .map(|qr| {
+            k.iter()
+                .map(|kr| c * qr.iter().zip(kr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>())
+                .collect()
+        })
         .collect();
     let mut reference = Vec::with_capacity(n_q);
     let mut reference_lse = Vec::with_capacity(n_q);
@@ -217,7 +221,9 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
         }
         let w: Vec<f64> = row.iter().map(|&s| (s - m).exp()).collect();
         let l: f64 = w.iter().sum();
-        reference.push((0..d).map(|x| w.iter().zip(&v).map(|(wj, vj)| wj * f64::from(vj[x])).sum::<f64>() / l).collect());
+        reference.push(
+            (0..d).map(|x| w.iter().zip(&v).map(|(wj, vj)| wj * f64::from(vj[x])).sum::<f64>() / l).collect(),
+        );
         reference_lse.push(m + l.ln());
     }
 
@@ -290,10 +296,20 @@ impl fmt::Display for Walkthrough {
         writeln!(f, "  acc the sum of exp(c·(s − m))·v over the keys seen so far (unnormalised output).")?;
         writeln!(f, "When a block raises m from m_old to m_new, l and acc are multiplied by")?;
         writeln!(f, "  α = exp(c·(m_old − m_new)),")?;
-        writeln!(f, "which turns every earlier exp(c·(s − m_old)) into exp(c·(s − m_new)): nothing is approximated.\n")?;
+        writeln!(
+            f,
+            "which turns every earlier exp(c·(s − m_old)) into exp(c·(s − m_new)): nothing is approximated.\n"
+        )?;
 
         for (b, t) in self.blocks.iter().enumerate() {
-            writeln!(f, "Block {} of {}: keys {}..{}", b + 1, self.blocks.len(), t.first_key, t.first_key + t.keys)?;
+            writeln!(
+                f,
+                "Block {} of {}: keys {}..{}",
+                b + 1,
+                self.blocks.len(),
+                t.first_key,
+                t.first_key + t.keys
+            )?;
             for r in 0..t.scores.len() {
                 writeln!(f, "  q{r}: scores q·k   {}", vector(&t.scores[r]))?;
                 writeln!(
@@ -329,7 +345,11 @@ impl fmt::Display for Walkthrough {
             writeln!(f, "  o{r}: {}   {}   {diff:.1e}", vector(&self.output[r]), vector(&self.reference[r]))?;
         }
         writeln!(f)?;
-        writeln!(f, "Largest difference in the outputs: {:.2e} (log-sum-exp: {:.2e}).", self.max_difference, self.max_lse_difference)?;
+        writeln!(
+            f,
+            "Largest difference in the outputs: {:.2e} (log-sum-exp: {:.2e}).",
+            self.max_difference, self.max_lse_difference
+        )?;
         writeln!(
             f,
             "Exactness would be falsified by an output difference above {:.1e}, what f32 rounding can\n\

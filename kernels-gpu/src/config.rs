@@ -47,9 +47,10 @@ impl MmaConfig {
 
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
     /// shared memory once) instead of reloading them for every key tile: with one 16-row slab
-    /// per warp (at most 64 registers), or when they take at most 32 registers.
+    /// per warp and d ≤ 128 (at most 32 registers). With two slabs the accumulators leave no
+    /// room for them (ptxas spills).
     pub const fn q_in_registers(&self) -> bool {
-        self.rows_per_warp() == 16 || self.rows_per_warp() * self.head_dim <= 2048
+        self.rows_per_warp() == 16 && self.head_dim <= 128
     }
 
     /// Whether the configuration is one the kernel can run: whole `mma` tiles per warp, rows of

@@ -123,12 +123,18 @@ fn gqa_and_mqa() {
 #[test]
 fn varlen_with_empty_sequences_and_fewer_tokens_than_sequences() {
     let mut s = spec(1, 1, 1, 2, 8);
-    s.sequences = Sequences::VarLen { q_lens: vec![0, 1, 0, 0, 1], k_lens: vec![1, 0, 0, 1, 2], spare_q: 1, spare_k: 2 };
+    s.sequences = Sequences::VarLen {
+        q_lens: vec![0, 1, 0, 0, 1],
+        k_lens: vec![1, 0, 0, 1, 2],
+        spare_q: 1,
+        spare_k: 2,
+    };
     all_dtypes(&s);
     s.causal = true;
     s.layout = LayoutKind::Mixed;
     all_dtypes(&s);
-    s.sequences = Sequences::VarLen { q_lens: vec![5, 0, 17, 3], k_lens: vec![9, 4, 2, 30], spare_q: 0, spare_k: 3 };
+    s.sequences =
+        Sequences::VarLen { q_lens: vec![5, 0, 17, 3], k_lens: vec![9, 4, 2, 30], spare_q: 0, spare_k: 3 };
     s.tiles = Tiles { block_m: Some(4), block_n: Some(5) };
     all_dtypes(&s);
 }
@@ -172,9 +178,9 @@ fn all_equal_scores_average_the_values() {
     let case = Case::<f32>::random(&mut StdRng::seed_from_u64(3), &s);
     run_on(&case).expect("passes the rule");
     let (out, _) = case.run_cpu().expect("valid");
-    for x in 0..3 {
+    for (x, &o) in out[..3].iter().enumerate() {
         let mean = (0..6).map(|j| case.v[j * 3 + x]).sum::<f32>() / 6.0;
-        assert!((out[x] - mean).abs() < 1e-6, "{} vs {mean}", out[x]);
+        assert!((o - mean).abs() < 1e-6, "{o} vs {mean}");
     }
 }
 

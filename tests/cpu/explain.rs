@@ -58,8 +58,8 @@ fn leaving_out_the_rescale_is_caught() {
                 }
             }
         }
-        for x in 0..3 {
-            worst = worst.max((acc[x] / l - w.reference[r][x]).abs());
+        for (a, reference) in acc.iter().zip(&w.reference[r]) {
+            worst = worst.max((a / l - reference).abs());
         }
     }
     assert!(worst > 1e-3 && worst > 100.0 * w.threshold, "{worst}");
@@ -67,7 +67,9 @@ fn leaving_out_the_rescale_is_caught() {
 
 #[test]
 fn other_sizes_are_exact_too() {
-    for (n_q, n_k, d, block_n, seed) in [(1, 1, 1, 1, 0), (5, 9, 4, 4, 7), (3, 17, 8, 5, 42), (2, 3, 2, 10, 3)] {
+    for (n_q, n_k, d, block_n, seed) in
+        [(1, 1, 1, 1, 0), (5, 9, 4, 4, 7), (3, 17, 8, 5, 42), (2, 3, 2, 10, 3)]
+    {
         let w = walkthrough(&ExplainOptions { n_q, n_k, d, block_n, seed, scale: None });
         assert_eq!(w.blocks.len(), n_k.div_ceil(block_n));
         assert_eq!(w.scores_held, n_q * block_n.min(n_k));

@@ -26,8 +26,10 @@ pub fn run_case<T: Element>(spec: &Spec, seed: u64) -> Result<Report, String> {
 
 /// Runs the CPU implementation on `case` and checks it.
 pub fn run_on<T: Element>(case: &Case<T>) -> Result<Report, String> {
-    let (out, lse) = case.run_cpu().map_err(|e| format!("the CPU implementation refused the case: {e}\n{case}"))?;
+    let (out, lse) =
+        case.run_cpu().map_err(|e| format!("the CPU implementation refused the case: {e}\n{case}"))?;
     let report = check(case, &out, Some(&lse))?;
     check_untouched(case, &out)?;
     Ok(report)
 }
+mod zz_perf_tmp;

@@ -13,7 +13,7 @@ fn config(default: u32) -> ProptestConfig {
 }
 
 proptest! {
-    #![proptest_config(config(96))]
+    #![proptest_config(config(256))]
 
     #[test]
     fn f32_matches_oracle(spec in strategy::spec(), seed in any::<u64>()) {

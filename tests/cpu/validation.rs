@@ -18,7 +18,12 @@ struct Call {
 
 impl Call {
     fn new(q: Layout, k: Layout) -> Call {
-        Call { layouts: [q, k, k, q], lens: [None; 4], lse_len: Some(q.batch * q.heads * q.seqlen), opts: Default::default() }
+        Call {
+            layouts: [q, k, k, q],
+            lens: [None; 4],
+            lse_len: Some(q.batch * q.heads * q.seqlen),
+            opts: Default::default(),
+        }
     }
 
     /// Runs the call into sentinel-filled outputs; asserts it is refused without writing, and
@@ -176,7 +181,10 @@ fn buffer_too_small() {
     c.layouts[3].seq_stride = 40;
     c.layouts[3].batch_stride = 200;
     c.lens[3] = Some(2 * 5 * 4 * 8);
-    assert_eq!(c.refused(), InvalidInput::BufferTooSmall { tensor: "o", needed: 200 + 4 * 40 + 3 * 9 + 8, len: 320 });
+    assert_eq!(
+        c.refused(),
+        InvalidInput::BufferTooSmall { tensor: "o", needed: 200 + 4 * 40 + 3 * 9 + 8, len: 320 }
+    );
 }
 
 #[test]
@@ -242,7 +250,12 @@ fn varlen_valid() {
 #[test]
 fn varlen_batch_not_1() {
     let mut c = varlen_call(vec![0, 2], vec![0, 2]);
-    c.layouts = [Layout::bshd(2, 5, 2, 4), Layout::bshd(2, 6, 1, 4), Layout::bshd(2, 6, 1, 4), Layout::bshd(2, 5, 2, 4)];
+    c.layouts = [
+        Layout::bshd(2, 5, 2, 4),
+        Layout::bshd(2, 6, 1, 4),
+        Layout::bshd(2, 6, 1, 4),
+        Layout::bshd(2, 5, 2, 4),
+    ];
     c.lse_len = Some(20);
     assert_eq!(c.refused(), InvalidInput::VarLenBatch { batch: 2 });
 }

@@ -332,7 +332,8 @@ impl<T: Element> Case<T> {
         let [lq, lk, lv, lo] = layouts;
         let o_len = lo.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: "o" })?;
         let problem = Problem::new(lq, lk, lv, lo, [q.len(), k.len(), v.len(), o_len], &opts)?;
-        let reference = oracle::attention_f64(&problem, &oracle::widen(&q), &oracle::widen(&k), &oracle::widen(&v));
+        let reference =
+            oracle::attention_f64(&problem, &oracle::widen(&q), &oracle::widen(&k), &oracle::widen(&v));
         let baseline = oracle::baseline(&problem, &q, &k, &v);
         Ok(Case { problem, opts, values, q, k, v, reference, baseline })
     }
@@ -397,11 +398,19 @@ impl<T: Element> fmt::Display for Case<T> {
         writeln!(
             f,
             "  causal {}, {attn} ({} q heads : {} kv heads), scale {}, tiles block_m {:?} block_n {:?}, method {}",
-            p.causal, p.q.heads, p.k.heads, p.scale, self.opts.tiles.block_m, self.opts.tiles.block_n, self.opts.method
+            p.causal,
+            p.q.heads,
+            p.k.heads,
+            p.scale,
+            self.opts.tiles.block_m,
+            self.opts.tiles.block_n,
+            self.opts.method
         )?;
         match &p.varlen {
             None => write!(f, "  batched: {} entries", p.q.batch),
-            Some(vl) => write!(f, "  varlen: cu_seqlens_q {:?}, cu_seqlens_k {:?}", vl.cu_seqlens_q, vl.cu_seqlens_k),
+            Some(vl) => {
+                write!(f, "  varlen: cu_seqlens_q {:?}, cu_seqlens_k {:?}", vl.cu_seqlens_q, vl.cu_seqlens_k)
+            }
         }
     }
 }

@@ -46,7 +46,9 @@ fn dot_abs_f64(a: &[f64], b: &[f64]) -> f64 {
 
 /// Panics unless the buffers cover the layouts of `problem` (a test bug, not an input error).
 fn assert_covers(problem: &Problem, lens: [usize; 3]) {
-    for ((name, layout), len) in [("q", &problem.q), ("k", &problem.k), ("v", &problem.v)].into_iter().zip(lens) {
+    for ((name, layout), len) in
+        [("q", &problem.q), ("k", &problem.k), ("v", &problem.v)].into_iter().zip(lens)
+    {
         let need = layout.required_len().expect("a validated layout does not overflow");
         assert!(len >= need, "oracle: {name} has {len} elements, its layout needs {need}");
     }
@@ -254,7 +256,8 @@ mod tests {
         let vl = VarLen::from_lengths(&[1, 2], &[2, 1]);
         let lq = Layout::packed(3, 2, 1);
         let lk = Layout::packed(3, 1, 1);
-        let p = problem(lq, lk, &AttentionOptions { scale: Some(1.0), varlen: Some(vl), ..Default::default() });
+        let p =
+            problem(lq, lk, &AttentionOptions { scale: Some(1.0), varlen: Some(vl), ..Default::default() });
         let q = [1.0; 6];
         let k = [0.0; 3];
         let v = [1.0, 3.0, 10.0];

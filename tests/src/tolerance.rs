@@ -206,7 +206,8 @@ pub fn output_errors<T: Element>(case: &Case<T>, out: &[T]) -> OutputErrors {
     });
     e.atol = 2.0 * atol_half;
     if T::DTYPE == DType::F32 {
-        let v_max = case.v.iter().map(|x| f64::from(x.to_f32()).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max);
+        let v_max =
+            case.v.iter().map(|x| f64::from(x.to_f32()).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max);
         let magnitude = r.row_magnitude.iter().copied().fold(0.0, f64::max);
         let keys = r.row_keys.iter().copied().max().unwrap_or(0);
         e.f32_bound = Some(f32_bound(v_max, magnitude, keys, p.q.head_dim));
@@ -223,7 +224,11 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
     let p = &case.problem;
     let r = &case.reference;
     if out.len() < case.out_len() {
-        return Err(format!("output has {} elements, the layout needs {}\n{case}", out.len(), case.out_len()));
+        return Err(format!(
+            "output has {} elements, the layout needs {}\n{case}",
+            out.len(),
+            case.out_len()
+        ));
     }
     let output = output_errors(case, out);
     let describe = |w: OutputElement, why: &str| {
@@ -261,10 +266,8 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
                 ),
             ));
         }
-        if let Some(b) = output.f32_bound {
-            if err > b {
-                return Err(describe(w, &format!("f32 output error {err:.3e} exceeds the f32 bound {b:.3e}")));
-            }
+        if let Some(b) = output.f32_bound.filter(|&b| err > b) {
+            return Err(describe(w, &format!("f32 output error {err:.3e} exceeds the f32 bound {b:.3e}")));
         }
     }
 
@@ -272,7 +275,11 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
     let (mut lse_err, mut lse_ratio, mut rows) = (0.0f64, 0.0f64, 0usize);
     if let Some(lse) = lse {
         if lse.len() < case.lse_len() {
-            return Err(format!("lse has {} elements, the problem needs {}\n{case}", lse.len(), case.lse_len()));
+            return Err(format!(
+                "lse has {} elements, the problem needs {}\n{case}",
+                lse.len(),
+                case.lse_len()
+            ));
         }
         let mut failure: Option<String> = None;
         for_each_row(p, |c, row| {
@@ -307,7 +314,13 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
             return Err(f);
         }
     }
-    let rule_ratio = if allowed > 0.0 { err / allowed } else if err > 0.0 { f64::INFINITY } else { 0.0 };
+    let rule_ratio = if allowed > 0.0 {
+        err / allowed
+    } else if err > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
     Ok(Report { output, rule_ratio, rule_enforced, lse_err, lse_ratio, rows })
 }
 
@@ -316,7 +329,11 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
 /// packed tokens beyond the last sequence) must still be NaN, as [`Case::poisoned_out`] left it.
 pub fn check_untouched<T: Element>(case: &Case<T>, out: &[T]) -> Result<(), String> {
     if out.len() < case.out_len() {
-        return Err(format!("output has {} elements, the layout needs {}\n{case}", out.len(), case.out_len()));
+        return Err(format!(
+            "output has {} elements, the layout needs {}\n{case}",
+            out.len(),
+            case.out_len()
+        ));
     }
     let mut addressed = vec![false; out.len()];
     for_each_output(&case.problem, |_, i| addressed[i] = true);

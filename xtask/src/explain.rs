@@ -32,12 +32,17 @@ pub fn run(args: &Args) -> Result<()> {
     if args.d == 0 || args.block_n == 0 {
         return Err("--d and --block-n must be at least 1".into());
     }
-    if let Some(s) = args.scale {
-        if !s.is_finite() || s <= 0.0 {
-            return Err(format!("--scale is {s}; it must be finite and positive"));
-        }
+    if let Some(s) = args.scale.filter(|s| !s.is_finite() || *s <= 0.0) {
+        return Err(format!("--scale is {s}; it must be finite and positive"));
     }
-    let opts = ExplainOptions { n_q: args.nq, n_k: args.nk, d: args.d, block_n: args.block_n, seed: args.seed, scale: args.scale };
+    let opts = ExplainOptions {
+        n_q: args.nq,
+        n_k: args.nk,
+        d: args.d,
+        block_n: args.block_n,
+        seed: args.seed,
+        scale: args.scale,
+    };
     print!("{}", walkthrough(&opts));
     Ok(())
 }

@@ -5,9 +5,11 @@
 //!   committed PTX is fresh.
 //! - `cargo xtask bundle`: release builds of the test and bench executables plus a script, to
 //!   run the GPU suite on a machine without a Rust toolchain.
+//! - `cargo xtask bench [ARGS]`: the benchmark sweep (`flashattn-bench run ARGS`) and its report.
 //! - `cargo xtask explain [--nq 4 --nk 4 --d 3 --block-n 2 --seed 1]`: the algorithm's worked
 //!   example, step by step.
 
+mod bench;
 mod bundle;
 mod explain;
 mod ptx;
@@ -51,6 +53,15 @@ enum Task {
         #[arg(long, default_value = "bundle")]
         out: std::path::PathBuf,
     },
+    /// Build the benchmark in release, run `flashattn-bench run ARGS` (a sweep over sequence
+    /// length, head dim, batch, mask, dtype and method, with optional PyTorch peers and Nsight
+    /// Compute bytes), then write its report.md and plots. `cargo xtask bench -- --help` lists
+    /// the flags.
+    Bench {
+        /// Flags of `flashattn-bench run`, e.g. `--preset headline --peers`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print the worked example: queries attending to keys a block at a time with the online
     /// softmax, step by step, next to standard attention.
     Explain(explain::Args),
@@ -63,6 +74,7 @@ fn main() {
         Task::Ptx { check: true, .. } => ptx::check(),
         Task::Ptx { check: false, allow_spills } => ptx::build(allow_spills),
         Task::Bundle { out } => bundle::bundle(&out),
+        Task::Bench { args } => bench::bench(&args),
         Task::Explain(args) => explain::run(&args),
     };
     if let Err(e) = result {

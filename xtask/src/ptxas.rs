@@ -97,15 +97,21 @@ pub fn report(ptxas: &Path, ptx: &Path, arch: &str) -> Result<(String, Vec<Kerne
         return Err(format!("ptxas rejected {}:\n{text}", ptx.display()));
     }
     let mut kernels: Vec<KernelResources> = Vec::new();
+    // The properties line that follows "Function properties for NAME" belongs to NAME, which is
+    // the kernel being compiled or a function it calls (those are skipped).
+    let mut properties_of_kernel = false;
     for line in text.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or_default().to_string();
             kernels.push(KernelResources { name, ..Default::default() });
+        } else if let Some(name) = line.split("Function properties for ").nth(1) {
+            properties_of_kernel = kernels.last().is_some_and(|k| k.name == name.trim());
         } else if let Some(k) = kernels.last_mut() {
-            if line.contains("bytes stack frame") {
+            if line.contains("bytes stack frame") && properties_of_kernel {
                 k.stack_bytes = number_before(line, "bytes stack frame");
                 k.spill_stores = number_before(line, "bytes spill stores");
                 k.spill_loads = number_before(line, "bytes spill loads");
+                properties_of_kernel = false;
             } else if line.contains("Used") && line.contains("registers") {
                 k.registers = number_before(line, "registers");
                 k.barriers = number_before(line, "barriers");

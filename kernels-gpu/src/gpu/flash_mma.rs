@@ -35,6 +35,37 @@ fn swizzle(row: u32, chunk: u32, chunks: u32) -> u32 {
     16 * (row * chunks + (chunk ^ (row % 8)))
 }
 
+/// Where this lane's `ldmatrix` row addresses fall in a swizzled tile, for one operand.
+///
+/// A lane reads row `16·slab + row` and chunk `2·pair + chunk` (pair = which 16 columns). As
+/// `row % 8` is the same for every slab and the XOR touches only the low 3 bits of the chunk, the
+/// address is `tile + row·16·chunks + 256·chunks·slab + 128·(pair / 4) + swz[pair % 4]`: four
+/// lane-dependent values and compile-time offsets. Keeping it in this form (rather than one
+/// precomputed address per fragment, which the compiler would hoist out of the key loop and keep
+/// in dozens of registers) is what keeps the kernels free of spills.
+#[derive(Clone, Copy)]
+struct FragRows {
+    row_bytes: u32,
+    swz: [u32; 4],
+}
+
+impl FragRows {
+    #[inline(always)]
+    fn new(row: u32, chunk: u32, chunks: u32) -> FragRows {
+        let mut swz = [0; 4];
+        for (b, s) in swz.iter_mut().enumerate() {
+            *s = 16 * ((2 * b as u32 + chunk) ^ (row % 8));
+        }
+        FragRows { row_bytes: 16 * chunks * row, swz }
+    }
+
+    /// Address of 16-row slab `slab`, 16-column pair `pair`, in the tile at `tile`.
+    #[inline(always)]
+    fn at(&self, tile: u32, slab: usize, pair: usize, chunks: u32) -> u32 {
+        tile + self.row_bytes + self.swz[pair % 4] + 256 * chunks * slab as u32 + 128 * (pair / 4) as u32
+    }
+}
+
 /// Issues the copies of rows `row0..row0+rows` of head `h` of a 16-bit tensor into a swizzled
 /// shared tile; rows at or past `len` are zero-filled. Every thread of the block takes part.
 #[inline(always)]
@@ -112,7 +143,6 @@ unsafe fn flash_fwd_mma<
     let chunks = D as u32 / 8;
     let q_tile = shared::base();
     let k_tile = q_tile + 2 * (BM * D) as u32;
-    let v_tile = k_tile + 2 * (BN * D) as u32;
 
     let row_end = (m0 + BM as u32).min(seq.len_q);
     let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
@@ -132,25 +162,27 @@ unsafe fn flash_fwd_mma<
     let mut o = [[[0.0f32; 4]; DT]; MI];
     let mut state = [[OnlineSoftmax::new(); 2]; MI];
     let warp_row0 = warp * (MI * 16) as u32;
-    // ldmatrix row addresses of this lane: for A (Q) tiles and for B (K, V) tiles.
-    let a_row = warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2);
-    let a_chunk = lane / 16;
-    let kb_row = (lane % 8) + 8 * (lane / 16);
-    let kb_chunk = (lane / 8) % 2;
-    let vb_row = (lane % 8) + 8 * ((lane / 8) % 2);
-    let vb_chunk = lane / 16;
+    // This lane's ldmatrix rows: A tiles of Q (rows 0-7/8-15, columns 0-7/8-15 in x4 order),
+    // B tiles of K (keys 0-7/0-7/8-15/8-15, dims 0-7/8-15/…), B tiles of V, transposed.
+    let q_rows = FragRows::new(warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks);
+    let k_rows = FragRows::new((lane % 8) + 8 * (lane / 16), (lane / 8) % 2, chunks);
+    let v_rows = FragRows::new((lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks);
 
     let mut q_frags = [[[0u32; 4]; KQ]; MI];
     for j in 0..n_tiles {
         let n0 = j * BN as u32;
         cp_async::wait::<0>();
         sync_threads(); // K_j (and Q) visible to all; every warp is done with V_{j-1}
+        // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
+        // derives the fragment addresses inside the loop instead of keeping them all live.
+        let q_tile = shared::base();
+        let k_tile = q_tile + 2 * (BM * D) as u32;
+        let v_tile = k_tile + 2 * (BN * D) as u32;
         if QR && j == 0 {
             for (mi, qm) in q_frags.iter_mut().enumerate() {
                 for (kk, qf) in qm.iter_mut().enumerate() {
-                    let row = a_row + 16 * mi as u32;
                     // SAFETY: inside the Q tile, 16-byte aligned.
-                    *qf = unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) };
+                    *qf = unsafe { ldmatrix::x4(q_rows.at(q_tile, mi, kk, chunks)) };
                 }
             }
         }
@@ -168,15 +200,13 @@ unsafe fn flash_fwd_mma<
                 *am = if QR {
                     q_frags[mi][kk]
                 } else {
-                    let row = a_row + 16 * mi as u32;
                     // SAFETY: inside the Q tile, 16-byte aligned.
-                    unsafe { ldmatrix::x4(q_tile + swizzle(row, 2 * kk as u32 + a_chunk, chunks)) }
+                    unsafe { ldmatrix::x4(q_rows.at(q_tile, mi, kk, chunks)) }
                 };
             }
             for np in 0..NT / 2 {
-                let row = 16 * np as u32 + kb_row;
                 // SAFETY: inside the K tile.
-                let b = unsafe { ldmatrix::x4(k_tile + swizzle(row, 2 * kk as u32 + kb_chunk, chunks)) };
+                let b = unsafe { ldmatrix::x4(k_rows.at(k_tile, np, kk, chunks)) };
                 for mi in 0..MI {
                     E::mma(&mut s[mi][2 * np], &a[mi], b[0], b[1]);
                     E::mma(&mut s[mi][2 * np + 1], &a[mi], b[2], b[3]);
@@ -200,6 +230,7 @@ unsafe fn flash_fwd_mma<
         }
 
         // Online softmax on the accumulators: rows g (elements 0, 1) and g+8 (elements 2, 3).
+        let mut alphas = [[1.0f32; 2]; MI];
         for mi in 0..MI {
             for half in 0..2 {
                 let mut m = f32::NEG_INFINITY;
@@ -216,9 +247,18 @@ unsafe fn flash_fwd_mma<
                     }
                 }
                 state[mi][half].add(sum);
-                for ot in o[mi].iter_mut() {
-                    ot[2 * half] *= step.alpha;
-                    ot[2 * half + 1] *= step.alpha;
+                alphas[mi][half] = step.alpha;
+            }
+        }
+        // Rescale the output only when some row's maximum moved (α = 1 exactly otherwise, and
+        // multiplying by 1 changes nothing): once the maxima settle, most tiles skip it.
+        if !shuffle::all(alphas.iter().flatten().all(|&a| a == 1.0)) {
+            for (om, am) in o.iter_mut().zip(&alphas) {
+                for ot in om.iter_mut() {
+                    ot[0] *= am[0];
+                    ot[1] *= am[0];
+                    ot[2] *= am[1];
+                    ot[3] *= am[1];
                 }
             }
         }
@@ -241,9 +281,8 @@ unsafe fn flash_fwd_mma<
                 *am = [E::pack(lo[0], lo[1]), E::pack(lo[2], lo[3]), E::pack(hi[0], hi[1]), E::pack(hi[2], hi[3])];
             }
             for dp in 0..DT / 2 {
-                let row = 16 * ks as u32 + vb_row;
                 // SAFETY: inside the V tile.
-                let b = unsafe { ldmatrix::x4_trans(v_tile + swizzle(row, 2 * dp as u32 + vb_chunk, chunks)) };
+                let b = unsafe { ldmatrix::x4_trans(v_rows.at(v_tile, ks, dp, chunks)) };
                 for mi in 0..MI {
                     E::mma(&mut o[mi][2 * dp], &a[mi], b[0], b[1]);
                     E::mma(&mut o[mi][2 * dp + 1], &a[mi], b[2], b[3]);

@@ -1,4 +1,5 @@
-//! Warp shuffles (`shfl.sync`), all lanes participating (member mask `0xffffffff`).
+//! Warp shuffles (`shfl.sync`) and votes (`vote.sync`), all lanes participating (member mask
+//! `0xffffffff`).
 
 use core::arch::asm;
 
@@ -23,6 +24,18 @@ pub fn idx(x: f32, src: u32) -> f32 {
         asm!("shfl.sync.idx.b32 {y}, {x}, {s}, 0x1f, 0xffffffff;", y = out(reg32) y, x = in(reg32) x, s = in(reg32) src)
     };
     y
+}
+
+/// `vote.sync.all.pred`: whether `x` holds in every lane of the warp.
+#[inline(always)]
+pub fn all(x: bool) -> bool {
+    let r: u32;
+    // SAFETY: register-only warp vote; every lane of the warp executes it.
+    unsafe {
+        asm!("{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; vote.sync.all.pred q, p, 0xffffffff; selp.u32 {r}, 1, 0, q; }}",
+             r = out(reg32) r, x = in(reg32) x as u32)
+    };
+    r != 0
 }
 
 /// Maximum over groups of 4 consecutive lanes (butterfly over lane bits 0 and 1).
