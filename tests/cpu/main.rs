@@ -32,4 +32,3 @@ pub fn run_on<T: Element>(case: &Case<T>) -> Result<Report, String> {
     check_untouched(case, &out)?;
     Ok(report)
 }
-mod zz_perf_tmp;
