@@ -113,7 +113,8 @@ pub fn bundle(out: &Path) -> Result<()> {
     // The PyTorch peers script of `bench run --peers`, found next to the bench executable.
     let peers = root().join("benches/peers.py");
     if peers.is_file() {
-        std::fs::copy(&peers, out.join("bin/peers.py")).map_err(|e| format!("copying {}: {e}", peers.display()))?;
+        std::fs::copy(&peers, out.join("bin/peers.py"))
+            .map_err(|e| format!("copying {}: {e}", peers.display()))?;
         listed.push("bin/peers.py".to_string());
     }
     let script = out.join("run.sh");

@@ -111,8 +111,12 @@ fn add_launch_bounds(ptx: &str) -> Result<String> {
         for (config, name) in MMA_CONFIGS.iter().zip(names) {
             let entry = format!(".entry {name}(");
             let start = out.find(&entry).ok_or_else(|| format!("kernel {name} is missing from the PTX"))?;
-            let close = out[start..].find("\n)").map(|i| start + i + 2).ok_or_else(|| format!("unterminated {name}"))?;
-            let bounds = format!("\n.maxntid {}, 1, 1\n.minnctapersm {}", config.threads(), config.min_blocks);
+            let close = out[start..]
+                .find("\n)")
+                .map(|i| start + i + 2)
+                .ok_or_else(|| format!("unterminated {name}"))?;
+            let bounds =
+                format!("\n.maxntid {}, 1, 1\n.minnctapersm {}", config.threads(), config.min_blocks);
             out.insert_str(close, &bounds);
         }
     }

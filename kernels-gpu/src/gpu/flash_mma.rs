@@ -8,7 +8,7 @@
 //! 2. The online softmax runs on the accumulators in registers: row maxima over the four lanes
 //!    of a quad, the shared recurrence ([`OnlineSoftmax`]) rescales the output accumulators, and
 //!    each score becomes a probability with one FMA and one `ex2` (log2(e) is in the scale).
-//! 3. `K_{j+1}` starts streaming into the K buffer, and `O += P·V_j`, where `P` goes from the
+//! 3. `K_{j+1}` starts streaming into the K buffer (during the softmax), and `O += P·V_j`, where `P` goes from the
 //!    accumulator layout to the A-operand layout in registers (no shared-memory round trip) and
 //!    `V` is read with `ldmatrix.trans`.
 //!
@@ -66,41 +66,44 @@ impl FragRows {
     }
 }
 
-/// Issues the copies of rows `row0..row0+rows` of head `h` of a 16-bit tensor into a swizzled
-/// shared tile; rows at or past `len` are zero-filled. Every thread of the block takes part.
+/// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
+/// shared tile; rows at or past `len` are zero-filled. Every thread of the block takes part, with
+/// a compile-time number of copies: thread `tid` always copies chunk `tid % chunks` of rows
+/// `tid / chunks + k·(THREADS / chunks)`, so its source address is one 64-bit base plus a fixed
+/// step per copy.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn load_tile(
+unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
     tile: u32,
-    chunks: u32,
-    threads: u32,
     src: u64,
     seq: &SeqView,
     strides: &[u64; 3],
     start: u64,
     h: u32,
     row0: u32,
-    rows: u32,
     len: u32,
 ) {
-    let mut i = thread_x();
-    while i < rows * chunks {
-        let r = i / chunks;
-        let c = i % chunks;
-        let t = row0 + r;
-        let valid = t < len;
-        let addr = if valid { src + 2 * (seq.offset(strides, start, t, h) + 8 * c as u64) } else { src };
+    let chunks = D / 8;
+    let rows_per_pass = THREADS / chunks;
+    const { assert!(THREADS % (D / 8) == 0 && ROWS % (THREADS / (D / 8)) == 0) };
+    let tid = thread_x() as usize;
+    let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
+    let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
+    let step = 2 * strides[1] * rows_per_pass as u64;
+    for k in 0..ROWS / rows_per_pass {
+        let r = r0 + (k * rows_per_pass) as u32;
+        let valid = row0 + r < len;
+        let addr = if valid { base + k as u64 * step } else { src };
         // SAFETY: inside the tile; the source is in the tensor (host validation and alignment
         // checks) or not read at all.
-        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks), addr, valid) };
-        i += threads;
+        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, valid) };
     }
 }
 
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
 /// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
-/// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1).
+/// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads.
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors with 16-byte aligned rows (host checks); launch with
@@ -117,14 +120,15 @@ unsafe fn flash_fwd_mma<
     const DT: usize,
     const QR: bool,
     const KQ: usize,
+    const T: usize,
 >(
     p: &AttnParams,
 ) {
     const {
         assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 64 == 0);
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
+        assert!(T == 32 * W);
     };
-    let threads = 32 * W as u32;
     let tid = thread_x();
     let warp = tid / 32;
     let lane = tid % 32;
@@ -152,9 +156,9 @@ unsafe fn flash_fwd_mma<
     // Q and the first K tile.
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
-        load_tile(q_tile, chunks, threads, p.q, &seq, &p.q_strides, seq.q_start, h, m0, BM as u32, seq.len_q);
+        load_tile::<BM, D, T>(q_tile, p.q, &seq, &p.q_strides, seq.q_start, h, m0, seq.len_q);
         if n_tiles > 0 {
-            load_tile(k_tile, chunks, threads, p.k, &seq, &p.k_strides, seq.k_start, kv_h, 0, BN as u32, seq.len_k);
+            load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, 0, seq.len_k);
         }
     }
     cp_async::commit();
@@ -188,7 +192,7 @@ unsafe fn flash_fwd_mma<
         }
         // SAFETY: as above.
         unsafe {
-            load_tile(v_tile, chunks, threads, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, BN as u32, seq.len_k)
+            load_tile::<BN, D, T>(v_tile, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k)
         };
         cp_async::commit();
 
@@ -213,6 +217,18 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
+
+        // V_j has arrived and every warp is done with K_j: start K_{j+1} now, so that it streams
+        // in during the softmax and O += P·V_j.
+        cp_async::wait::<0>();
+        sync_threads();
+        if j + 1 < n_tiles {
+            // SAFETY: as above.
+            unsafe {
+                load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, n0 + BN as u32, seq.len_k)
+            };
+        }
+        cp_async::commit();
 
         // Mask the tiles that cross the diagonal or the end of the keys.
         if n0 + (BN as u32) > free_end {
@@ -262,16 +278,6 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
-
-        cp_async::wait::<0>();
-        sync_threads(); // V_j visible; every warp is done with K_j
-        if j + 1 < n_tiles {
-            // SAFETY: as above.
-            unsafe {
-                load_tile(k_tile, chunks, threads, p.k, &seq, &p.k_strides, seq.k_start, kv_h, n0 + BN as u32, BN as u32, seq.len_k)
-            };
-        }
-        cp_async::commit();
 
         // O += P·V_j, with P repacked from accumulators into A fragments.
         for ks in 0..BN / 16 {
@@ -349,6 +355,7 @@ macro_rules! mma_kernels {
                     { (C.head_dim / 8) as usize },
                     { C.q_in_registers() },
                     KQ,
+                    { C.threads() as usize },
                 >(&p)
             }
         }
