@@ -68,11 +68,12 @@ impl MmaConfig {
 /// Every instantiated configuration. The first one of each head dimension is its default (the
 /// tuned choice); the others are variants that a tile override selects, so that the bench can
 /// sweep them (`--tiles`).
-pub const MMA_CONFIGS: [MmaConfig; 11] = [
+pub const MMA_CONFIGS: [MmaConfig; 12] = [
     MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
     MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1 },
     MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
     MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 128, warps: 4, min_blocks: 3 },
     MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
     MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
     MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 3 },
@@ -90,6 +91,7 @@ pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
         "flash_fwd_mma_f16_d64_m128_n128_w4_b1",
         "flash_fwd_mma_f16_d64_m64_n64_w4_b1",
         "flash_fwd_mma_f16_d64_m64_n64_w4_b4",
+        "flash_fwd_mma_f16_d64_m64_n128_w4_b3",
         "flash_fwd_mma_f16_d128_m128_n64_w4_b1",
         "flash_fwd_mma_f16_d128_m64_n64_w4_b1",
         "flash_fwd_mma_f16_d128_m64_n64_w4_b3",
@@ -103,6 +105,7 @@ pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
         "flash_fwd_mma_bf16_d64_m128_n128_w4_b1",
         "flash_fwd_mma_bf16_d64_m64_n64_w4_b1",
         "flash_fwd_mma_bf16_d64_m64_n64_w4_b4",
+        "flash_fwd_mma_bf16_d64_m64_n128_w4_b3",
         "flash_fwd_mma_bf16_d128_m128_n64_w4_b1",
         "flash_fwd_mma_bf16_d128_m64_n64_w4_b1",
         "flash_fwd_mma_bf16_d128_m64_n64_w4_b3",

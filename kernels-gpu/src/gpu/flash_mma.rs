@@ -230,15 +230,18 @@ unsafe fn flash_fwd_mma<
         }
         cp_async::commit();
 
-        // Mask the tiles that cross the diagonal or the end of the keys.
+        // Mask the tiles that cross the diagonal or the end of the keys: each row sees keys below
+        // its own limit.
         if n0 + (BN as u32) > free_end {
             for (mi, sm) in s.iter_mut().enumerate() {
-                for (nt, st) in sm.iter_mut().enumerate() {
-                    for (e, x) in st.iter_mut().enumerate() {
-                        let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * (e as u32 / 2);
-                        let key = n0 + 8 * nt as u32 + 2 * t4 + (e as u32 % 2);
-                        if key >= seq.len_k || (causal && !mask::visible(row, key, seq.len_q, seq.len_k)) {
-                            *x = f32::NEG_INFINITY;
+                for half in 0..2 {
+                    let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
+                    let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                    for (nt, st) in sm.iter_mut().enumerate() {
+                        for e in 0..2 {
+                            if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                                st[2 * half + e] = f32::NEG_INFINITY;
+                            }
                         }
                     }
                 }
@@ -296,38 +299,47 @@ unsafe fn flash_fwd_mma<
             }
         }
     }
+    // Every copy has landed (with no key tile at all, Q's copies by other threads may still be in
+    // flight into this warp's rows): then the Q tile can be reused.
     cp_async::wait::<0>();
+    sync_threads();
 
-    // Normalise and store: each lane writes pairs of adjacent columns of rows g and g+8.
+    // Normalise into this warp's own rows of the Q tile (only this warp ever read them), then copy
+    // those rows out with 16-byte stores, each row's chunks by consecutive lanes (coalesced).
+    let stage = shared::base();
     for mi in 0..MI {
         for half in 0..2 {
             let mut st = state[mi][half];
             st.sum = shuffle::sum4(st.sum);
             let res = st.finish(p.scale_log2);
-            let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
-            if row < seq.len_q {
-                let o_row = p.o + 2 * seq.offset(&p.o_strides, seq.q_start, row, h);
-                for (dt, ot) in o[mi].iter().enumerate() {
-                    let col = 8 * dt as u32 + 2 * t4;
-                    let packed = E::pack(ot[2 * half] * res.inv_sum, ot[2 * half + 1] * res.inv_sum);
-                    // SAFETY: row < len_q, col + 1 < D: inside O, 4-byte aligned (host checks).
-                    unsafe { store_u32_global(o_row + 2 * col as u64, packed) };
-                }
-                if t4 == 0 && p.lse != 0 {
-                    let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + row as u64;
-                    // SAFETY: inside the log-sum-exp output (host sizing).
-                    unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
-                }
+            let local = warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
+            for (dt, ot) in o[mi].iter().enumerate() {
+                let packed = E::pack(ot[2 * half] * res.inv_sum, ot[2 * half + 1] * res.inv_sum);
+                // SAFETY: row `local` < BM and chunk `dt` < D/8 of the Q tile.
+                unsafe { shared::store_u32(stage + swizzle(local, dt as u32, chunks) + 4 * t4, packed) };
+            }
+            let row = m0 + local;
+            if t4 == 0 && p.lse != 0 && row < seq.len_q {
+                let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + row as u64;
+                // SAFETY: inside the log-sum-exp output (host sizing).
+                unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
             }
         }
     }
-}
-
-/// `st.global.b32`.
-#[inline(always)]
-unsafe fn store_u32_global(addr: u64, x: u32) {
-    // SAFETY: caller's contract.
-    unsafe { core::arch::asm!("st.global.b32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
+    shuffle::sync_warp();
+    let warp_rows = (MI * 16) as u32;
+    for k in 0..(MI * 16 * D / 8) / 32 {
+        let i = lane + 32 * k as u32;
+        let (r, c) = (i / chunks, i % chunks);
+        let row = m0 + warp_row0 + r;
+        if r < warp_rows && row < seq.len_q {
+            // SAFETY: inside the Q tile.
+            let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };
+            let dst = p.o + 2 * (seq.offset(&p.o_strides, seq.q_start, row, h) + 8 * c as u64);
+            // SAFETY: row < len_q, chunk c < D/8: inside O, 16-byte aligned (host checks).
+            unsafe { super::arch::global::store_u32x4(dst, v) };
+        }
+    }
 }
 
 macro_rules! mma_kernels {
@@ -368,22 +380,24 @@ mma_kernels! {
     flash_fwd_mma_f16_d64_m128_n128_w4_b1 => F16, 1;
     flash_fwd_mma_f16_d64_m64_n64_w4_b1 => F16, 2;
     flash_fwd_mma_f16_d64_m64_n64_w4_b4 => F16, 3;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1 => F16, 4;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b1 => F16, 5;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b3 => F16, 6;
-    flash_fwd_mma_f16_d128_m128_n64_w8_b1 => F16, 7;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1 => F16, 8;
-    flash_fwd_mma_f16_d256_m64_n64_w4_b1 => F16, 9;
-    flash_fwd_mma_f16_d256_m128_n64_w8_b1 => F16, 10;
+    flash_fwd_mma_f16_d64_m64_n128_w4_b3 => F16, 4;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1 => F16, 5;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b1 => F16, 6;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b3 => F16, 7;
+    flash_fwd_mma_f16_d128_m128_n64_w8_b1 => F16, 8;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1 => F16, 9;
+    flash_fwd_mma_f16_d256_m64_n64_w4_b1 => F16, 10;
+    flash_fwd_mma_f16_d256_m128_n64_w8_b1 => F16, 11;
     flash_fwd_mma_bf16_d64_m128_n64_w4_b1 => Bf16, 0;
     flash_fwd_mma_bf16_d64_m128_n128_w4_b1 => Bf16, 1;
     flash_fwd_mma_bf16_d64_m64_n64_w4_b1 => Bf16, 2;
     flash_fwd_mma_bf16_d64_m64_n64_w4_b4 => Bf16, 3;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1 => Bf16, 4;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b1 => Bf16, 5;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b3 => Bf16, 6;
-    flash_fwd_mma_bf16_d128_m128_n64_w8_b1 => Bf16, 7;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1 => Bf16, 8;
-    flash_fwd_mma_bf16_d256_m64_n64_w4_b1 => Bf16, 9;
-    flash_fwd_mma_bf16_d256_m128_n64_w8_b1 => Bf16, 10;
+    flash_fwd_mma_bf16_d64_m64_n128_w4_b3 => Bf16, 4;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1 => Bf16, 5;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b1 => Bf16, 6;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b3 => Bf16, 7;
+    flash_fwd_mma_bf16_d128_m128_n64_w8_b1 => Bf16, 8;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1 => Bf16, 9;
+    flash_fwd_mma_bf16_d256_m64_n64_w4_b1 => Bf16, 10;
+    flash_fwd_mma_bf16_d256_m128_n64_w8_b1 => Bf16, 11;
 }

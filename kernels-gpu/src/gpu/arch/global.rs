@@ -118,3 +118,16 @@ pub unsafe fn store_f32(addr: u64, x: f32) {
     // SAFETY: caller's contract.
     unsafe { F32::store(addr, x) };
 }
+
+/// `st.global.v4.b32`: 16 bytes.
+///
+/// # Safety
+/// `addr` must be a valid, 16-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_u32x4(addr: u64, v: [u32; 4]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("st.global.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}};",
+             a = in(reg64) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3])
+    };
+}

@@ -62,3 +62,18 @@ pub unsafe fn load_f32x4(addr: u32) -> [f32; 4] {
     };
     [a, b, c, d]
 }
+
+/// `ld.shared.v4.b32`: four consecutive 32-bit words.
+///
+/// # Safety
+/// `addr` must lie inside the launch's shared memory, 16-byte aligned.
+#[inline(always)]
+pub unsafe fn load_u32x4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.shared.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr)
+    };
+    [a, b, c, d]
+}

@@ -62,3 +62,10 @@ pub fn max32(mut x: f32) -> f32 {
     }
     x
 }
+
+/// `bar.warp.sync 0xffffffff`: the warp's lanes meet here; orders their shared-memory accesses.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: every lane of the warp executes it.
+    unsafe { asm!("bar.warp.sync 0xffffffff;") };
+}
