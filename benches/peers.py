@@ -18,12 +18,14 @@ CUDA unavailable.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import socket
 import sys
 import time
+import warnings
 import zlib
 
 BACKENDS = ["flash", "cudnn", "efficient", "math", "naive"]
@@ -88,6 +90,13 @@ def main():
         "efficient": SDPBackend.EFFICIENT_ATTENTION,
         "math": SDPBackend.MATH,
     }
+    if do_bench is not None:
+        try:
+            probe = torch.zeros(1024, device=dev)
+            do_bench(lambda: probe.add_(1.0), warmup=1, rep=1)
+        except Exception as e:  # triton's driver needs a C compiler at first use, for instance
+            log(f"triton.testing.do_bench does not work here ({type(e).__name__}: {e}); timing with CUDA events")
+            do_bench = None
     timer = "triton.do_bench" if do_bench else "cuda-events"
     flush_buf = None
 
@@ -126,8 +135,18 @@ def main():
 
     out = open(args.out, "a")
 
+    def clean(x):
+        """NaN and infinities become null: JSON has no spelling for them."""
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
     def write(rec):
-        out.write(json.dumps(rec) + "\n")
+        out.write(json.dumps(clean(rec)) + "\n")
         out.flush()
 
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
@@ -193,48 +212,45 @@ def main():
 
         for b in wanted:
             row = dict(base, method="torch-" + b)
-            try:
-                if b == "naive":
-                    fn = naive
-                    ctx = None
-                else:
-                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    ctx = sdpa_kernel([sdpa_backends[b]])
-                if ctx is not None:
-                    ctx.__enter__()
+            if b == "naive":
+                fn, ctx = naive, contextlib.nullcontext()
+            else:
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                ctx = sdpa_kernel([sdpa_backends[b]])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 try:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats(dev)
-                    before = torch.cuda.memory_allocated(dev)
-                    o = fn()
-                    torch.cuda.synchronize()
-                    peak = torch.cuda.max_memory_allocated(dev)
-                    row["extra_bytes_measured"] = max(0, peak - before - out_bytes)
-                    if ref is not None:
-                        err = (o[:1, :1].float() - ref).abs()
-                        row["error"] = {
-                            "f32_ref_max_abs": float(err.max()),
-                            "nonfinite": int((~torch.isfinite(o[:1, :1])).sum()),
-                            "note": "vs torch f32 math on the (0, 0) slice",
-                        }
-                    del o
-                    med, p10, p90, n = bench(fn)
-                finally:
-                    if ctx is not None:
-                        ctx.__exit__(None, None, None)
-                timing = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "timer": timer}
-                if n:
-                    timing["samples"] = n
-                row["timing"] = timing
-                row["tflops"] = s["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
-            except torch.cuda.OutOfMemoryError as e:
-                row.update(status="oom", message=str(e).split("\n")[0][:500])
-            except RuntimeError as e:
-                msg = str(e).split("\n")[0][:500]
-                unsupported = "No available kernel" in str(e) or "not supported" in str(e).lower()
-                row.update(status="unsupported" if unsupported else "error", message=msg)
-            except Exception as e:  # keep going whatever one backend does
-                row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
+                    with ctx:
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats(dev)
+                        before = torch.cuda.memory_allocated(dev)
+                        o = fn()
+                        torch.cuda.synchronize()
+                        peak = torch.cuda.max_memory_allocated(dev)
+                        row["extra_bytes_measured"] = max(0, peak - before - out_bytes)
+                        if ref is not None:
+                            err = (o[:1, :1].float() - ref).abs()
+                            row["error"] = {
+                                "f32_ref_max_abs": float(err.max()),
+                                "nonfinite": int((~torch.isfinite(o[:1, :1])).sum()),
+                                "note": "vs torch f32 math on the (0, 0) slice",
+                            }
+                        del o
+                        med, p10, p90, n = bench(fn)
+                    timing = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "timer": timer}
+                    if n:
+                        timing["samples"] = n
+                    row["timing"] = timing
+                    row["tflops"] = s["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
+                except torch.cuda.OutOfMemoryError as e:
+                    row.update(status="oom", message=str(e).split("\n")[0][:500])
+                except RuntimeError as e:
+                    why = "; ".join(str(w.message).split("\n")[0] for w in caught[:3])
+                    msg = (str(e).split("\n")[0] + (f" ({why})" if why else ""))[:500]
+                    unsupported = "No available kernel" in str(e) or "not supported" in str(e).lower()
+                    row.update(status="unsupported" if unsupported else "error", message=msg)
+                except Exception as e:  # keep going whatever one backend does
+                    row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
             try:
                 torch.cuda.synchronize()
             except Exception as e:

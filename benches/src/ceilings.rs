@@ -41,14 +41,19 @@ fn time(dev: &Device, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, 
     for _ in 0..2 {
         f()?;
     }
-    let timers: Vec<GpuTimer> = (0..REPS).map(|_| GpuTimer::new(dev)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let timers: Vec<GpuTimer> =
+        (0..REPS).map(|_| GpuTimer::new(dev)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     for t in &timers {
         t.start(dev).map_err(|e| e.to_string())?;
         f()?;
         t.stop(dev).map_err(|e| e.to_string())?;
     }
     dev.synchronize().map_err(|e| e.to_string())?;
-    let ms: Vec<f64> = timers.iter().map(|t| t.elapsed_ms().map(f64::from)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let ms: Vec<f64> = timers
+        .iter()
+        .map(|t| t.elapsed_ms().map(f64::from))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     Summary::of(&ms).map(|s| s.median).ok_or_else(|| "no sample".to_string())
 }
 
@@ -57,7 +62,8 @@ pub fn bandwidth(dev: &Device) -> Result<f64, String> {
     let stream = dev.stream();
     // SAFETY: bytes are copied, never interpreted.
     let src = unsafe { stream.alloc::<u8>(COPY_BYTES) }.map_err(err("allocating the copy source"))?;
-    let mut dst = unsafe { stream.alloc::<u8>(COPY_BYTES) }.map_err(err("allocating the copy destination"))?;
+    let mut dst =
+        unsafe { stream.alloc::<u8>(COPY_BYTES) }.map_err(err("allocating the copy destination"))?;
     let ms = time(dev, || stream.memcpy_dtod(&src, &mut dst).map_err(err("device-to-device copy")))?;
     Ok(2.0 * COPY_BYTES as f64 / (ms * 1e-3) / 1e12)
 }
@@ -101,7 +107,8 @@ pub fn matmul(dev: &Device, pools: &Pools) -> Result<f64, String> {
         ldc: g,
     };
     // SAFETY: three n×n bf16 matrices of the leading dimensions given.
-    let ms = time(dev, || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| format!("cuBLAS matmul: {e}")))?;
+    let ms =
+        time(dev, || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| format!("cuBLAS matmul: {e}")))?;
     Ok(2.0 * (GEMM_N as f64).powi(3) / (ms * 1e-3) / 1e12)
 }
 
@@ -114,7 +121,10 @@ pub fn measure(dev: &Device, pools: &Pools, run_id: &str) -> Ceilings {
         Ok(bw) => {
             c.bandwidth_tbs = bw;
             measured += 1;
-            notes.push(format!("bandwidth: device-to-device copy of {} MiB, read + write bytes, median of {REPS}", COPY_BYTES >> 20));
+            notes.push(format!(
+                "bandwidth: device-to-device copy of {} MiB, read + write bytes, median of {REPS}",
+                COPY_BYTES >> 20
+            ));
         }
         Err(e) => notes.push(format!("bandwidth not measured ({e}): H200 reference used")),
     }
@@ -122,7 +132,9 @@ pub fn measure(dev: &Device, pools: &Pools, run_id: &str) -> Ceilings {
         Ok(tf) => {
             c.tflops = tf;
             measured += 1;
-            notes.push(format!("matmul: bf16 {GEMM_N}³ cuBLAS GEMM, f32 accumulation, 2·n³ FLOPs, median of {REPS}"));
+            notes.push(format!(
+                "matmul: bf16 {GEMM_N}³ cuBLAS GEMM, f32 accumulation, 2·n³ FLOPs, median of {REPS}"
+            ));
         }
         Err(e) => notes.push(format!("matmul not measured ({e}): H200 reference used")),
     }

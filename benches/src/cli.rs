@@ -288,7 +288,9 @@ fn head_dim(s: &str) -> Result<usize, String> {
     let max = flashattn::MAX_HEAD_DIM;
     match s.trim().parse::<usize>() {
         Ok(d) if (1..=max).contains(&d) => Ok(d),
-        _ => Err(format!("head dim `{s}` is not supported: allowed values are 1..={max} (flashattn::MAX_HEAD_DIM)")),
+        _ => Err(format!(
+            "head dim `{s}` is not supported: allowed values are 1..={max} (flashattn::MAX_HEAD_DIM)"
+        )),
     }
 }
 
@@ -401,7 +403,18 @@ mod tests {
         assert!(cases.iter().all(|c| c.shape.seqlen_q == 1));
         let c = cases.iter().find(|c| c.shape.key() == "bf16/B8/H16/N1x2048/d128/none").unwrap();
         let labels: Vec<_> = c.variants.iter().map(|v| v.label()).collect();
-        assert_eq!(labels, ["flash 64x64", "flash 32x128", "flash", "flash-tc 64x64", "flash-tc 32x128", "flash-tc", "standard"]);
+        assert_eq!(
+            labels,
+            [
+                "flash 64x64",
+                "flash 32x128",
+                "flash",
+                "flash-tc 64x64",
+                "flash-tc 32x128",
+                "flash-tc",
+                "standard"
+            ]
+        );
     }
 
     #[test]

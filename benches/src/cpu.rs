@@ -15,7 +15,7 @@ use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
 use crate::oracle;
 use crate::record::{ErrorStats, Row, Timing};
-use crate::shapes::{Block, Case, Overrides, Preset, TileSpec, Variant, expand};
+use crate::shapes::{Block, Case, Overrides, Preset, Variant, expand};
 use crate::stats::Summary;
 
 /// Shapes above this many FLOPs are left out of the CPU sweep (minutes each).
@@ -194,15 +194,14 @@ fn run_typed<T: PoolElem>(
         let tiled = variant.method != Method::Standard;
         let opts = models::options(shape, Some(variant));
         let tiles = flashattn::cpu::tiles(&opts).ok();
-        row.extra_bytes_plan = Some(models::cpu_extra_bytes(shape, if tiled { Some(tiles.unwrap_or((64, 64))) } else { None }));
-        if tiled {
-            if let Some((m, n)) = tiles {
-                row.block_m = Some(m);
-                row.block_n = Some(n);
-            }
+        row.extra_bytes_plan =
+            Some(models::cpu_extra_bytes(shape, if tiled { Some(tiles.unwrap_or((64, 64))) } else { None }));
+        if let (true, Some((m, n))) = (tiled, tiles) {
+            row.block_m = Some(m);
+            row.block_n = Some(n);
         }
         let mut out = vec![T::default(); lq];
-        let mut call = |out: &mut [T]| -> flashattn::Result<()> {
+        let call = |out: &mut [T]| -> flashattn::Result<()> {
             if tiled {
                 flashattn::cpu::attention(
                     HostTensor { data: q, layout: l.q },
@@ -265,15 +264,10 @@ fn run_typed<T: PoolElem>(
     Ok(Flow::Continue)
 }
 
-/// The tile spec of a CPU variant as the library would run it (for display).
-pub fn tiles_label(t: Option<TileSpec>) -> String {
-    t.map_or_else(|| "default".to_string(), |t| t.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shapes::{Mask, Shape};
+    use crate::shapes::{Mask, Shape, TileSpec};
 
     #[test]
     fn cpu_sweep_on_tiny_shapes() {
@@ -298,7 +292,10 @@ mod tests {
                 rows.push(r);
                 Ok(())
             };
-            assert!(matches!(run_case(c, &pools, &info, Some(2), 1.0, &stop, &mut emit).unwrap(), Flow::Continue));
+            assert!(matches!(
+                run_case(c, &pools, &info, Some(2), 1.0, &stop, &mut emit).unwrap(),
+                Flow::Continue
+            ));
         }
         assert_eq!(rows.len(), cases.len() * 3);
         for r in &rows {
@@ -313,24 +310,40 @@ mod tests {
             assert!(e.oracle_max_abs.unwrap() < tol, "{} {} error {:?}", r.key, r.method, e.oracle_max_abs);
             assert_eq!(r.timing.as_ref().unwrap().samples, 2);
         }
-        let std_row = rows.iter().find(|r| r.method == "cpu-standard" && r.key.starts_with("f32/B3/H2/N40x40/d8/none")).unwrap();
+        let std_row = rows
+            .iter()
+            .find(|r| r.method == "cpu-standard" && r.key.starts_with("f32/B3/H2/N40x40/d8/none"))
+            .unwrap();
         assert_eq!(std_row.extra_bytes_plan, Some(4 * 3 * 2 * 40 * 40));
     }
 
     #[test]
     fn standard_matches_the_oracle_on_a_ragged_batch() {
-        let s = Shape { dtype: DType::F32, batch: 2, heads: 1, seqlen_q: 5, seqlen_k: 5, head_dim: 4, mask: Mask::VarlenCausal };
+        let s = Shape {
+            dtype: DType::F32,
+            batch: 2,
+            heads: 1,
+            seqlen_q: 5,
+            seqlen_k: 5,
+            head_dim: 4,
+            mask: Mask::VarlenCausal,
+        };
         let p = models::problem(&s).unwrap();
         let l = Layouts::new(&s, false);
         let (lq, lk) = l.lens();
         let pools = Pools::new(1 << 12, 1, &[]);
-        let (q, k, v) = (pools.window::<f32>(0, lq).unwrap(), pools.window::<f32>(7, lk).unwrap(), pools.window::<f32>(13, lk).unwrap());
+        let (q, k, v) = (
+            pools.window::<f32>(0, lq).unwrap(),
+            pools.window::<f32>(7, lk).unwrap(),
+            pools.window::<f32>(13, lk).unwrap(),
+        );
         let mut out = vec![0.0f32; lq];
         let bytes = standard(&p, q, k, v, &mut out);
         let (ql, kl) = s.lengths();
         assert_eq!(bytes, 4 * ql.iter().zip(&kl).map(|(&a, &b)| a as u64 * b as u64).sum::<u64>());
         let checks = oracle::plan(&p, 1e9);
-        let refs: Vec<_> = checks.slices.iter().map(|(i, h, r)| oracle::reference(&p, q, k, v, *i, *h, r)).collect();
+        let refs: Vec<_> =
+            checks.slices.iter().map(|(i, h, r)| oracle::reference(&p, q, k, v, *i, *h, r)).collect();
         assert!(oracle::compare(&p, &out, &checks, &refs).max_abs < 1e-5);
     }
 }

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use flashattn::{DType, Device, DeviceBuffer, Error, GpuTimer, InvalidInput, Method, Plan, Problem, bf16, f16};
+use flashattn::{
+    DType, Device, DeviceBuffer, Error, GpuTimer, InvalidInput, Method, Plan, Problem, bf16, f16,
+};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -128,11 +130,17 @@ pub fn pool_len<'s>(shapes: impl Iterator<Item = &'s Shape>) -> usize {
 impl<'a> GpuRunner<'a> {
     /// Draws the random pools for `cases`.
     pub fn new(dev: &'a Device, args: &'a RunArgs, info: &'a RunInfo, cases: &[Case]) -> GpuRunner<'a> {
-        let mut dtypes: Vec<DType> = cases.iter().map(|c| c.shape.dtype).collect();
+        // bf16 always: the matmul ceiling uses it.
+        let mut dtypes: Vec<DType> = cases.iter().map(|c| c.shape.dtype).chain([DType::BF16]).collect();
         dtypes.sort();
         dtypes.dedup();
         let pools = Pools::new(pool_len(cases.iter().map(|c| &c.shape)), args.seed, &dtypes);
         GpuRunner { dev, args, info, pools, timers: Vec::new(), seed: args.seed }
+    }
+
+    /// The random pools.
+    pub fn pools(&self) -> &Pools {
+        &self.pools
     }
 
     /// Runs every variant of one case, handing each finished row to `emit`.
@@ -162,7 +170,12 @@ impl<'a> GpuRunner<'a> {
         }
     }
 
-    fn alloc_set<T: PoolElem>(&self, l: &Layouts, lse_len: usize, rng: &mut SmallRng) -> flashattn::Result<(Set<T>, [usize; 3])> {
+    fn alloc_set<T: PoolElem>(
+        &self,
+        l: &Layouts,
+        lse_len: usize,
+        rng: &mut SmallRng,
+    ) -> flashattn::Result<(Set<T>, [usize; 3])> {
         let (lq, lk) = l.lens();
         let offs = window_offsets(rng);
         let upload = |off: usize, len: usize| -> flashattn::Result<DeviceBuffer<T>> {
@@ -190,7 +203,10 @@ impl<'a> GpuRunner<'a> {
     ) -> Result<Flow, String> {
         let shape = &case.shape;
         let base = base_row(case, "gpu", self.info);
-        let fail_all = |emit: &mut dyn FnMut(Row) -> Result<(), String>, status: &str, msg: String, needed: Option<u64>| {
+        let fail_all = |emit: &mut dyn FnMut(Row) -> Result<(), String>,
+                        status: &str,
+                        msg: String,
+                        needed: Option<u64>| {
             for v in &case.variants {
                 let mut r = variant_row(&base, v);
                 r.status = status.to_string();
@@ -213,7 +229,8 @@ impl<'a> GpuRunner<'a> {
         let input_bytes = (lq as u64 + 2 * lk as u64) * e;
         let set_bytes = input_bytes + lq as u64 * e + 4 * problem.lse_len() as u64;
         let free = self.dev.memory_info().map(|m| m.0).unwrap_or(0);
-        let want = MIN_SETS.max((2 * self.dev.props().l2_bytes).div_ceil(input_bytes.max(1)) as usize).min(MAX_SETS);
+        let want =
+            MIN_SETS.max((2 * self.dev.props().l2_bytes).div_ceil(input_bytes.max(1)) as usize).min(MAX_SETS);
         let fit = ((free / 4) / set_bytes.max(1)).max(1) as usize;
         let nsets = want.min(fit);
 
@@ -238,6 +255,10 @@ impl<'a> GpuRunner<'a> {
         }
         let host = |off: usize, len: usize| self.pools.window::<T>(off, len).unwrap_or(&[]);
         let (hq, hk, hv) = (host(offsets0[0], lq), host(offsets0[1], lk), host(offsets0[2], lk));
+        if hq.len() != lq || hk.len() != lk {
+            fail_all(emit, "error", "the random pool is smaller than the inputs".into(), None)?;
+            return Ok(Flow::Continue);
+        }
 
         // References: the f64 oracle on a slice or two, and where it only samples rows, a GPU f32
         // flash run over every element.
@@ -250,11 +271,9 @@ impl<'a> GpuRunner<'a> {
         let need_f32 = self.args.check == Check::Full
             && shape.dtype != DType::F32
             && checks.as_ref().is_some_and(|c| !c.complete);
-        let f32_ref: Result<Option<Vec<f32>>, String> = if need_f32 {
-            self.f32_reference(shape, &layouts, [hq, hk, hv]).map(Some).map_err(|e| format!("f32 reference: {e}"))
-        } else {
-            Ok(None)
-        };
+        // Computed when the first variant has an output to compare (never for a shape whose
+        // every variant fails, like the memory wall's).
+        let mut f32_ref: Option<Result<Vec<f32>, String>> = None;
 
         let transfers = if case.complete { Some(self.transfers(&mut sets[0], [hq, hk, hv])) } else { None };
 
@@ -283,10 +302,17 @@ impl<'a> GpuRunner<'a> {
                 Ok(m) => {
                     row.timing = Some(m.timing);
                     row.extra_bytes_measured = Some(m.extra_measured);
-                    if let Some(c) = &checks {
-                        row.error = Some(error_stats(&problem, &m.output, c, &refs, &f32_ref, shape.dtype));
+                    if need_f32 && f32_ref.is_none() {
+                        let r = self.f32_reference(shape, &calls.layouts, [hq, hk, hv]);
+                        f32_ref = Some(r.map_err(|e| format!("f32 reference: {e}")));
                     }
-                    if let Some(t) = &transfers {
+                    if let Some(c) = &checks {
+                        row.error =
+                            Some(error_stats(&problem, &m.output, c, &refs, f32_ref.as_ref(), shape.dtype));
+                    }
+                    // The complete path with the library's tiles only (tile overrides are a
+                    // kernel-time question).
+                    if let (Some(t), None) = (&transfers, v.tiles) {
                         let mut cp = t.clone();
                         complete_path(&mut calls, &mut self.timers, shape, &plan, m.est_ms, &mut cp);
                         row.complete = Some(cp);
@@ -306,7 +332,12 @@ impl<'a> GpuRunner<'a> {
     }
 
     /// Every output element of the flash method on f32 copies of set 0's inputs.
-    fn f32_reference<T: PoolElem>(&self, shape: &Shape, l: &Layouts, host: [&[T]; 3]) -> flashattn::Result<Vec<f32>> {
+    fn f32_reference<T: PoolElem>(
+        &self,
+        shape: &Shape,
+        l: &Layouts,
+        host: [&[T]; 3],
+    ) -> flashattn::Result<Vec<f32>> {
         let up = |h: &[T]| {
             let wide: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
             self.dev.upload(&wide)
@@ -370,7 +401,7 @@ impl<'a> GpuRunner<'a> {
         &self,
         set: &mut Set<T>,
         host: [&[T]; 3],
-        time3: &dyn Fn(&mut dyn FnMut() -> flashattn::Result<()>) -> Result<f64, String>,
+        time3: &Time3<'_>,
     ) -> Result<(f64, f64), String> {
         let ctx = self.dev.stream().context();
         let pin = |len: usize| {
@@ -400,6 +431,9 @@ impl<'a> GpuRunner<'a> {
     }
 }
 
+/// Times a host↔device copy (median wall milliseconds of 3).
+type Time3<'t> = dyn Fn(&mut dyn FnMut() -> flashattn::Result<()>) -> Result<f64, String> + 't;
+
 /// A small, stable string hash (FNV-1a) for per-shape seeds.
 fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
@@ -420,7 +454,14 @@ impl<T: PoolElem> Calls<'_, T> {
     fn on(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
         let n = self.sets.len();
         let s = &mut self.sets[i % n];
-        self.dev.attention(s.q.view(l.q), s.k.view(l.k), s.v.view(l.k), s.o.view_mut(l.o), Some(&mut s.lse), self.opts)
+        self.dev.attention(
+            s.q.view(l.q),
+            s.k.view(l.k),
+            s.v.view(l.k),
+            s.o.view_mut(l.o),
+            Some(&mut s.lse),
+            self.opts,
+        )
     }
 
     /// One call on the next set.
@@ -467,7 +508,11 @@ fn sample<T: PoolElem>(
 }
 
 /// Warm-up, memory, output and kernel time of one variant (see the module doc).
-fn measure<T: PoolElem>(calls: &mut Calls<'_, T>, pool: &mut Vec<GpuTimer>, args: &RunArgs) -> flashattn::Result<Measured<T>> {
+fn measure<T: PoolElem>(
+    calls: &mut Calls<'_, T>,
+    pool: &mut Vec<GpuTimer>,
+    args: &RunArgs,
+) -> flashattn::Result<Measured<T>> {
     let dev = calls.dev;
     let l = calls.layouts;
     // Warm call: first-use costs (cuBLAS handle, shared-memory attribute) are paid here.
@@ -485,11 +530,12 @@ fn measure<T: PoolElem>(calls: &mut Calls<'_, T>, pool: &mut Vec<GpuTimer>, args
     let est1 = sample(calls, pool, &l, 1, 1)?[0].max(1e-4);
     let warm = ((args.warmup_ms / est1).ceil() as usize).clamp(1, 10_000);
     let est = sample(calls, pool, &l, 1, warm)?[0].max(1e-4);
-    let batch = if est < BATCH_BELOW_MS { ((BATCH_BELOW_MS / est).ceil() as usize).clamp(1, MAX_BATCH) } else { 1 };
+    let batch =
+        if est < BATCH_BELOW_MS { ((BATCH_BELOW_MS / est).ceil() as usize).clamp(1, MAX_BATCH) } else { 1 };
     let min_samples = if est > LONG_CALL_MS { 3 } else { 5 };
-    let samples = args
-        .reps
-        .unwrap_or_else(|| ((args.rep_ms / (est * batch as f64)).ceil() as usize).clamp(min_samples, MAX_SAMPLES));
+    let samples = args.reps.unwrap_or_else(|| {
+        ((args.rep_ms / (est * batch as f64)).ceil() as usize).clamp(min_samples, MAX_SAMPLES)
+    });
     let per_call = sample(calls, pool, &l, samples, batch)?;
     let summary = Summary::of(&per_call).unwrap_or_default();
     Ok(Measured {
@@ -506,7 +552,7 @@ fn error_stats<T: PoolElem>(
     out: &[T],
     checks: &oracle::Checks,
     refs: &[Vec<f64>],
-    f32_ref: &Result<Option<Vec<f32>>, String>,
+    f32_ref: Option<&Result<Vec<f32>, String>>,
     dtype: DType,
 ) -> ErrorStats {
     let d = oracle::compare(p, out, checks, refs);
@@ -520,13 +566,13 @@ fn error_stats<T: PoolElem>(
         ..Default::default()
     };
     match f32_ref {
-        Ok(Some(r)) => {
+        Some(Ok(r)) => {
             let all = oracle::compare_all(out, r);
             e.f32_ref_max_abs = Some(all.max_abs);
             e.nonfinite = e.nonfinite.max(all.nonfinite);
         }
-        Ok(None) => {}
-        Err(msg) => e.note = Some(msg.clone()),
+        Some(Err(msg)) => e.note = Some(msg.clone()),
+        None => {}
     }
     e
 }
@@ -586,11 +632,18 @@ fn complete_path<T: PoolElem>(
     }
 }
 
-fn graph_per_call<T: PoolElem>(calls: &mut Calls<'_, T>, pool: &mut Vec<GpuTimer>, l: &Layouts, k: usize) -> Result<f64, String> {
+fn graph_per_call<T: PoolElem>(
+    calls: &mut Calls<'_, T>,
+    pool: &mut Vec<GpuTimer>,
+    l: &Layouts,
+    k: usize,
+) -> Result<f64, String> {
     let dev = calls.dev;
     let stream = dev.stream();
     dev.synchronize().map_err(|e| e.to_string())?;
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(|e| format!("begin capture: {e}"))?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(|e| format!("begin capture: {e}"))?;
     let mut first_err = None;
     for _ in 0..k {
         if let Err(e) = calls.next(l) {
@@ -627,7 +680,12 @@ pub fn one(args: &OneArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-fn one_typed<T: PoolElem>(dev: &Device, pools: &Pools, shape: &Shape, variant: &Variant) -> flashattn::Result<()> {
+fn one_typed<T: PoolElem>(
+    dev: &Device,
+    pools: &Pools,
+    shape: &Shape,
+    variant: &Variant,
+) -> flashattn::Result<()> {
     let l = Layouts::new(shape, false);
     let (lq, lk) = l.lens();
     let up = |off: usize, len: usize| -> flashattn::Result<DeviceBuffer<T>> {
@@ -641,6 +699,49 @@ fn one_typed<T: PoolElem>(dev: &Device, pools: &Pools, shape: &Shape, variant: &
     let mut o = dev.alloc::<T>(lq)?;
     let p = models::problem(shape)?;
     let mut lse = dev.alloc::<f32>(p.lse_len())?;
-    dev.attention(q.view(l.q), k.view(l.k), v.view(l.k), o.view_mut(l.o), Some(&mut lse), &models::options(shape, Some(variant)))?;
+    dev.attention(
+        q.view(l.q),
+        k.view(l.k),
+        v.view(l.k),
+        o.view_mut(l.o),
+        Some(&mut lse),
+        &models::options(shape, Some(variant)),
+    )?;
     dev.synchronize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::{Mask, Preset, expand};
+
+    #[test]
+    fn failures_become_statuses() {
+        let oom =
+            Error::OutOfMemory { what: "S".into(), requested: 412, requested_gib: 0.0, free: 1, total: 2 };
+        assert_eq!(classify(&oom), ("oom", Some(412)));
+        let unsupported =
+            Error::InvalidInput(InvalidInput::Unsupported { method: "flash-tc", why: "f32".into() });
+        assert_eq!(classify(&unsupported), ("unsupported", None));
+        assert_eq!(
+            classify(&Error::InvalidInput(InvalidInput::HeadDim { head_dim: 300 })),
+            ("invalid", None)
+        );
+        assert_eq!(classify(&Error::NoDriver), ("error", None));
+    }
+
+    #[test]
+    fn base_rows_carry_the_shape_and_the_models() {
+        let cases = expand(&Preset::Quick.blocks()).unwrap();
+        let c = cases.iter().find(|c| c.shape.mask == Mask::VarlenCausal).unwrap();
+        let info = RunInfo { run_id: "r".into(), device: "d".into(), commit: "c".into(), host: "h".into() };
+        let r = base_row(c, "gpu", &info);
+        assert_eq!(
+            (r.key.as_str(), r.group.as_str(), r.mask.as_str()),
+            (c.shape.key().as_str(), "varlen", "varlen-causal")
+        );
+        assert_eq!(r.flops, models::flops(&c.shape));
+        assert_eq!(r.io_bytes, models::io_bytes(&c.shape));
+        assert!(pool_len(cases.iter().map(|c| &c.shape)) >= 16_384 * 2048 + SLACK);
+    }
 }

@@ -22,10 +22,8 @@ pub fn commit(flag: Option<&str>) -> String {
     if let Some(c) = flag.map(str::trim).filter(|c| !c.is_empty()) {
         return c.to_string();
     }
-    if let Ok(c) = std::env::var("FLASHATTN_COMMIT") {
-        if !c.trim().is_empty() {
-            return c.trim().to_string();
-        }
+    if let Some(c) = std::env::var("FLASHATTN_COMMIT").ok().filter(|c| !c.trim().is_empty()) {
+        return c.trim().to_string();
     }
     let git = |args: &[&str]| {
         Command::new("git")
@@ -37,7 +35,8 @@ pub fn commit(flag: Option<&str>) -> String {
     };
     match git(&["rev-parse", "HEAD"]) {
         Some(head) if !head.is_empty() => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+            let dirty =
+                git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
             if dirty { format!("{head}-dirty") } else { head }
         }
         _ => "unknown".to_string(),
@@ -85,7 +84,10 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(slug("NVIDIA H200 (SXM) "), "nvidia-h200-sxm");
-        assert_eq!(default_out("2026-11-29T10:00:00Z", "NVIDIA H200"), std::path::Path::new("results/2026-11-29-nvidia-h200"));
+        assert_eq!(
+            default_out("2026-11-29T10:00:00Z", "NVIDIA H200"),
+            std::path::Path::new("results/2026-11-29-nvidia-h200")
+        );
         assert_eq!(commit(Some(" abc ")), "abc");
         assert_eq!(now().len(), "2026-11-29T10:00:00Z".len());
         assert!(!host().is_empty());

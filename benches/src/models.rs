@@ -61,7 +61,8 @@ pub fn options(shape: &Shape, variant: Option<&Variant>) -> AttentionOptions {
     let (method, tiles) = match variant {
         Some(v) => (
             v.method,
-            v.tiles.map_or(Tiles::default(), |t| Tiles { block_m: Some(t.block_m), block_n: Some(t.block_n) }),
+            v.tiles
+                .map_or(Tiles::default(), |t| Tiles { block_m: Some(t.block_m), block_n: Some(t.block_n) }),
         ),
         None => (Method::Flash, Tiles::default()),
     };
@@ -153,8 +154,10 @@ pub fn cpu_extra_bytes(shape: &Shape, tiled: Option<(usize, usize)>) -> u64 {
         Some((bm, bn)) => {
             let max_q = qs.iter().copied().max().unwrap_or(0) as usize;
             let max_k = ks.iter().copied().max().unwrap_or(0) as usize;
-            let (bm, bn, d) = (bm.min(max_q.max(1)) as u64, bn.min(max_k.max(1)) as u64, shape.head_dim as u64);
-            4 * (2 * bm * d + 2 * bn * d + bn) + bm * size_of::<flashattn::kernels::softmax::OnlineSoftmax>() as u64
+            let (bm, bn, d) =
+                (bm.min(max_q.max(1)) as u64, bn.min(max_k.max(1)) as u64, shape.head_dim as u64);
+            4 * (2 * bm * d + 2 * bn * d + bn)
+                + bm * size_of::<flashattn::kernels::softmax::OnlineSoftmax>() as u64
         }
     }
 }
@@ -213,8 +216,13 @@ mod tests {
     fn cpu_memory_models() {
         let s = Shape { batch: 1, heads: 2, ..shape(Mask::Dense, 300, 200) };
         assert_eq!(cpu_extra_bytes(&s, None), 4 * 2 * 300 * 200);
-        let tiled = cpu_extra_bytes(&s, Some((64, 64)));
-        assert!(tiled < 64 * 1024, "{tiled}");
+        // Q, K, V and accumulator tiles of 64 × d f32, a row of 64 scores, 64 softmax states.
+        assert_eq!(cpu_extra_bytes(&s, Some((64, 64))), 4 * (4 * 64 * 64 + 64) + 64 * 8);
+        // Tiles are clipped to the sequences.
+        assert_eq!(
+            cpu_extra_bytes(&Shape { seqlen_q: 10, seqlen_k: 20, ..s }, Some((64, 64))),
+            4 * (2 * 10 * 64 + 2 * 20 * 64 + 20) + 10 * 8
+        );
     }
 
     #[test]

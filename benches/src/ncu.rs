@@ -14,7 +14,17 @@ pub const METRICS: &str = "dram__bytes_read.sum,dram__bytes_write.sum";
 
 /// The ncu command line (before the profiled executable).
 pub fn ncu_args() -> Vec<&'static str> {
-    vec!["--clock-control", "none", "--metrics", METRICS, "--csv", "--print-units", "base", "--target-processes", "all"]
+    vec![
+        "--clock-control",
+        "none",
+        "--metrics",
+        METRICS,
+        "--csv",
+        "--print-units",
+        "base",
+        "--target-processes",
+        "all",
+    ]
 }
 
 /// Profiles `exe one_args…` under `ncu`.
@@ -22,15 +32,25 @@ pub fn profile(ncu: &Path, exe: &Path, one_args: &[String]) -> NcuBytes {
     let out = match Command::new(ncu).args(ncu_args()).arg(exe).args(one_args).output() {
         Ok(o) => o,
         Err(e) => {
-            return NcuBytes { error: Some(format!("cannot run {}: {e}", ncu.display())), ..Default::default() };
+            return NcuBytes {
+                error: Some(format!("cannot run {}: {e}", ncu.display())),
+                ..Default::default()
+            };
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     match parse_csv(&stdout) {
         Ok(b) if out.status.success() => b,
-        Ok(b) => NcuBytes { error: Some(format!("ncu exited with {}: {}", out.status, tail(&out.stderr))), ..b },
+        Ok(b) => {
+            NcuBytes { error: Some(format!("ncu exited with {}: {}", out.status, tail(&out.stderr))), ..b }
+        }
         Err(e) => NcuBytes {
-            error: Some(format!("{e} (ncu exited with {}; stderr: {}; stdout: {})", out.status, tail(&out.stderr), tail(&out.stdout))),
+            error: Some(format!(
+                "{e} (ncu exited with {}; stderr: {}; stdout: {})",
+                out.status,
+                tail(&out.stderr),
+                tail(&out.stdout)
+            )),
             ..Default::default()
         },
     }
@@ -89,7 +109,8 @@ pub fn parse_csv(text: &str) -> Result<NcuBytes, String> {
                 _ => continue,
             };
             let scale = unit.and_then(|u| rec.get(u)).map_or(Some(1.0), unit_scale).unwrap_or(1.0);
-            let v = rec.get(value).and_then(number).ok_or_else(|| format!("unreadable value for {metric}"))?;
+            let v =
+                rec.get(value).and_then(number).ok_or_else(|| format!("unreadable value for {metric}"))?;
             add(slot, v * scale);
             kernels.insert(id.and_then(|i| rec.get(i)).unwrap_or("").to_string());
         }

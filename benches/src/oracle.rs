@@ -61,7 +61,8 @@ fn spaced(n: usize, r: usize) -> Vec<usize> {
     if r >= n || r < 2 {
         return (0..n.min(r.max(1))).collect();
     }
-    let mut v: Vec<usize> = (0..r).map(|i| (i as f64 * (n - 1) as f64 / (r - 1) as f64).round() as usize).collect();
+    let mut v: Vec<usize> =
+        (0..r).map(|i| (i as f64 * (n - 1) as f64 / (r - 1) as f64).round() as usize).collect();
     v.dedup();
     v
 }
@@ -200,7 +201,8 @@ mod tests {
         let q = Layout::bshd(b, nq, h, d);
         let k = Layout::bshd(b, nk, h, d);
         let (lq, lk) = (q.required_len().unwrap(), k.required_len().unwrap());
-        Problem::new(q, k, k, q, [lq, lk, lk, lq], &AttentionOptions { causal, ..Default::default() }).unwrap()
+        Problem::new(q, k, k, q, [lq, lk, lk, lq], &AttentionOptions { causal, ..Default::default() })
+            .unwrap()
     }
 
     #[test]

@@ -73,7 +73,10 @@ pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
     }
     let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("peers.py")));
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers.py");
-    [beside, Some(PathBuf::from("benches/peers.py")), Some(source)].into_iter().flatten().find(|p| p.is_file())
+    [beside, Some(PathBuf::from("benches/peers.py")), Some(source)]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
 }
 
 /// Settings passed to the script.
@@ -101,7 +104,10 @@ pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
     if shapes.is_empty() {
         return Ok(0);
     }
-    let script = cfg.script.clone().ok_or("peers.py not found (looked next to the executable and in benches/); pass --peers-script")?;
+    let script = cfg
+        .script
+        .clone()
+        .ok_or("peers.py not found (looked next to the executable and in benches/); pass --peers-script")?;
     let shapes_path = cfg.out.join(SHAPES_FILE);
     let json = serde_json::to_string_pretty(&shapes).map_err(|e| e.to_string())?;
     std::fs::write(&shapes_path, json).map_err(|e| format!("cannot write {}: {e}", shapes_path.display()))?;
@@ -116,7 +122,11 @@ pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
         .status()
         .map_err(|e| format!("cannot run `{} {}`: {e}", cfg.python, script.display()))?;
     if !status.success() {
-        return Err(format!("`{} {}` exited with {status} (see its messages above)", cfg.python, script.display()));
+        return Err(format!(
+            "`{} {}` exited with {status} (see its messages above)",
+            cfg.python,
+            script.display()
+        ));
     }
     Ok(shapes.len())
 }

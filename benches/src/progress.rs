@@ -12,9 +12,9 @@ impl Progress {
     /// A bar of `total` rows.
     pub fn new(total: u64) -> Progress {
         let bar = ProgressBar::new(total);
-        if let Ok(style) =
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} rows, eta {eta} {msg}")
-        {
+        if let Ok(style) = ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} rows, eta {eta} {msg}",
+        ) {
             bar.set_style(style.progress_chars("=> "));
         }
         Progress { bar }

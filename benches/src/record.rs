@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::stats::Summary;
 
@@ -18,6 +18,11 @@ use crate::stats::Summary;
 pub const ROWS_FILE: &str = "bench.jsonl";
 /// File the peers script writes, in the output folder.
 pub const PEERS_FILE: &str = "peers.jsonl";
+
+/// Reads a number that may be `null` (how JSON writers spell NaN) as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Option::<f64>::deserialize(d).map(|x| x.unwrap_or(f64::NAN))
+}
 
 /// One line of a results file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,8 +66,10 @@ pub struct Ceilings {
     /// Device name.
     pub device: String,
     /// Device-to-device copy bandwidth, TB/s (bytes read + written per second / 10¹²).
+    #[serde(deserialize_with = "nan_if_null")]
     pub bandwidth_tbs: f64,
     /// bf16 matmul throughput (cuBLAS), TFLOP/s.
+    #[serde(deserialize_with = "nan_if_null")]
     pub tflops: f64,
     /// How they were obtained: `measured`, `--ceilings`, or `default (H200 reference)`.
     pub source: String,
@@ -75,14 +82,19 @@ pub struct Ceilings {
 #[serde(default)]
 pub struct Timing {
     /// Median, milliseconds per call.
+    #[serde(deserialize_with = "nan_if_null")]
     pub median_ms: f64,
     /// 10th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p10_ms: f64,
     /// 90th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p90_ms: f64,
     /// Fastest sample.
+    #[serde(deserialize_with = "nan_if_null")]
     pub min_ms: f64,
     /// Slowest sample.
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_ms: f64,
     /// Samples taken.
     pub samples: usize,
@@ -98,7 +110,13 @@ pub struct Timing {
 
 impl Timing {
     /// From a summary of per-call milliseconds.
-    pub fn from_summary(s: &Summary, calls_per_sample: usize, warmup_calls: usize, input_sets: usize, timer: &str) -> Timing {
+    pub fn from_summary(
+        s: &Summary,
+        calls_per_sample: usize,
+        warmup_calls: usize,
+        input_sets: usize,
+        timer: &str,
+    ) -> Timing {
         Timing {
             median_ms: s.median,
             p10_ms: s.p10,
@@ -131,6 +149,7 @@ pub struct ErrorStats {
     /// Output elements that were NaN or infinite where the reference was finite.
     pub nonfinite: u64,
     /// Unit roundoff of the dtype.
+    #[serde(deserialize_with = "nan_if_null")]
     pub unit_roundoff: f64,
     /// Why a check could not run.
     pub note: Option<String>,
@@ -225,6 +244,7 @@ pub struct Row {
     /// The error or the reason for the status.
     pub message: Option<String>,
     /// FLOPs of one call (see the report's formula).
+    #[serde(deserialize_with = "nan_if_null")]
     pub flops: f64,
     /// Kernel time.
     pub timing: Option<Timing>,
@@ -394,5 +414,14 @@ mod tests {
         assert_eq!(rows[1].method, "torch-flash");
         assert_eq!(loaded.metas().next().unwrap().extra["torch"], "2.11");
         assert_eq!(loaded.skipped.len(), 1);
+    }
+
+    #[test]
+    fn null_numbers_read_as_nan() {
+        let r: Record =
+            serde_json::from_str(r#"{"kind":"row","flops":null,"timing":{"median_ms":null}}"#).unwrap();
+        let Record::Row(row) = r else { panic!() };
+        assert!(row.flops.is_nan());
+        assert_eq!(row.median_ms(), None);
     }
 }

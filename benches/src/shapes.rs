@@ -18,7 +18,9 @@ pub const HEADLINE_SEQLENS: [usize; 5] = [1024, 2048, 4096, 8192, 16_384];
 pub const MAX_TENSOR_BYTES: u64 = 16 << 30;
 
 /// Which keys each query sees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize,
+)]
 pub enum Mask {
     /// Every query sees every key.
     #[value(name = "none")]
@@ -99,7 +101,8 @@ impl std::fmt::Display for TileSpec {
 impl std::str::FromStr for TileSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<TileSpec, String> {
-        let bad = || format!("malformed tiles `{s}`: expected BLOCK_MxBLOCK_N with positive integers, e.g. 64x64");
+        let bad =
+            || format!("malformed tiles `{s}`: expected BLOCK_MxBLOCK_N with positive integers, e.g. 64x64");
         let (m, n) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
         let m: usize = m.trim().parse().map_err(|_| bad())?;
         let n: usize = n.trim().parse().map_err(|_| bad())?;
@@ -175,7 +178,8 @@ impl Shape {
             return (vec![self.seqlen_q as u32; self.batch], vec![self.seqlen_k as u32; self.batch]);
         }
         let k = varlen_lengths(self.batch, self.seqlen_k);
-        let q = if self.seqlen_q == self.seqlen_k { k.clone() } else { vec![self.seqlen_q as u32; self.batch] };
+        let q =
+            if self.seqlen_q == self.seqlen_k { k.clone() } else { vec![self.seqlen_q as u32; self.batch] };
         (q, k)
     }
 
@@ -189,16 +193,6 @@ impl Shape {
     /// causal only with Nq == Nk (its `is_causal` is top-left aligned, ours bottom-right).
     pub fn peer_comparable(&self) -> bool {
         !self.mask.varlen() && (!self.mask.causal() || self.seqlen_q == self.seqlen_k)
-    }
-
-    /// Whether this is a shape of the headline grid: B·N = 16384, H·d = 2048, Nq = Nk, no varlen,
-    /// 16-bit dtype.
-    pub fn is_headline(&self) -> bool {
-        self.batch * self.seqlen_k == HEADLINE_TOKENS
-            && self.heads * self.head_dim == HEADLINE_HIDDEN
-            && self.seqlen_q == self.seqlen_k
-            && !self.mask.varlen()
-            && matches!(self.dtype, DType::BF16 | DType::F16)
     }
 }
 
@@ -283,6 +277,8 @@ pub enum Preset {
     Headline,
     /// The headline grid plus d = 256, f32, varlen, decode (Nq = 1), tile and memory-wall sweeps.
     Full,
+    /// `full` without the headline grid (to split a full sweep into two runs).
+    Extras,
     /// The CPU sweep (what `run` falls back to without a GPU).
     Cpu,
 }
@@ -316,14 +312,25 @@ fn tile_grid() -> Vec<Option<TileSpec>> {
     v
 }
 
+/// The tiles the tensor-core kernel has for a head dim (from the kernel crate's configuration
+/// table), each once.
+pub fn mma_tiles(head_dim: usize) -> Vec<Option<TileSpec>> {
+    let mut v: Vec<Option<TileSpec>> = Vec::new();
+    for c in flashattn::kernels::config::MMA_CONFIGS.iter().filter(|c| c.head_dim as usize == head_dim) {
+        let t = Some(TileSpec { block_m: c.block_m as usize, block_n: c.block_n as usize });
+        if !v.contains(&t) {
+            v.push(t);
+        }
+    }
+    v
+}
+
 impl Preset {
     /// The blocks of this preset, before command-line overrides.
     pub fn blocks(self) -> Vec<Block> {
         use DType::{BF16, F16, F32};
-        let headline = Block {
-            complete: true,
-            ..block("headline", &[BF16, F16], &[64, 128], &HEADLINE_SEQLENS)
-        };
+        let headline =
+            Block { complete: true, ..block("headline", &[BF16, F16], &[64, 128], &HEADLINE_SEQLENS) };
         match self {
             Preset::Headline => vec![headline],
             Preset::Quick => vec![
@@ -353,7 +360,14 @@ impl Preset {
                         .to_vec(),
                     ..block("tiles", &[BF16], &[128], &[4096])
                 },
+                Block {
+                    masks: vec![Mask::Dense],
+                    methods: vec![Method::FlashTensorCore],
+                    tiles: mma_tiles(128),
+                    ..block("tiles", &[BF16], &[128], &[4096])
+                },
             ],
+            Preset::Extras => Preset::Full.blocks().into_iter().filter(|b| b.group != "headline").collect(),
             Preset::Full => vec![
                 headline,
                 block("d256", &[BF16], &[256], &HEADLINE_SEQLENS),
@@ -376,6 +390,16 @@ impl Preset {
                     methods: vec![Method::Flash],
                     tiles: tile_grid(),
                     ..block("tiles", &[BF16], &[64, 128], &[4096])
+                },
+                Block {
+                    methods: vec![Method::FlashTensorCore],
+                    tiles: mma_tiles(64),
+                    ..block("tiles", &[BF16], &[64], &[4096])
+                },
+                Block {
+                    methods: vec![Method::FlashTensorCore],
+                    tiles: mma_tiles(128),
+                    ..block("tiles", &[BF16], &[128], &[4096])
                 },
                 // The memory wall: one sequence, N growing until standard attention's N×N buffers
                 // no longer fit (at N = 65536 they need about 412 GB).
@@ -515,7 +539,9 @@ pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
                                 }
                                 c.complete |= b.complete;
                             }
-                            None => cases.push(Case { shape, group: b.group, variants, complete: b.complete }),
+                            None => {
+                                cases.push(Case { shape, group: b.group, variants, complete: b.complete })
+                            }
                         }
                     }
                 }
@@ -562,7 +588,6 @@ mod tests {
             let s = &c.shape;
             assert_eq!(s.batch * s.seqlen_k, 16_384, "{}", s.key());
             assert_eq!(s.heads * s.head_dim, 2048, "{}", s.key());
-            assert!(s.is_headline());
             assert!(c.complete);
             let methods: Vec<_> = c.variants.iter().map(|v| v.method).collect();
             assert_eq!(methods, [Method::Flash, Method::FlashTensorCore, Method::Standard]);
@@ -581,11 +606,26 @@ mod tests {
         assert_eq!(keys.len(), n, "every shape once");
         let tiled = cases.iter().find(|c| c.shape.key() == "bf16/B4/H16/N4096x4096/d128/none").unwrap();
         assert_eq!(tiled.group, "headline");
-        assert!(tiled.variants.len() >= 3 + 9);
+        assert!(tiled.variants.len() >= 3 + 9 + 2);
+        assert!(tiled.variants.iter().any(|v| v.method == Method::FlashTensorCore && v.tiles.is_some()));
+        assert!(!mma_tiles(128).is_empty() && mma_tiles(128).iter().all(|t| t.is_some()));
         let wall = cases.iter().find(|c| c.shape.key() == "bf16/B1/H16/N65536x65536/d128/none").unwrap();
         assert_eq!(wall.variants, [Variant { method: Method::Standard, tiles: None }]);
         assert!(cases.iter().any(|c| c.shape.seqlen_q == 1 && c.shape.seqlen_k == 16_384));
         assert!(cases.iter().any(|c| c.shape.head_dim == 256 && c.shape.heads == 8));
+    }
+
+    #[test]
+    fn extras_and_headline_make_full() {
+        let keys = |p: Preset| {
+            let mut k: Vec<String> = expand(&p.blocks()).unwrap().iter().map(|c| c.shape.key()).collect();
+            k.sort();
+            k
+        };
+        let mut both = [keys(Preset::Headline), keys(Preset::Extras)].concat();
+        both.sort();
+        both.dedup();
+        assert_eq!(both, keys(Preset::Full));
     }
 
     #[test]
@@ -632,7 +672,15 @@ mod tests {
                 assert!(l.iter().any(|&x| x as usize != n), "{l:?}");
             }
         }
-        let s = Shape { dtype: DType::BF16, batch: 4, heads: 2, seqlen_q: 1, seqlen_k: 64, head_dim: 8, mask: Mask::Varlen };
+        let s = Shape {
+            dtype: DType::BF16,
+            batch: 4,
+            heads: 2,
+            seqlen_q: 1,
+            seqlen_k: 64,
+            head_dim: 8,
+            mask: Mask::Varlen,
+        };
         let (q, k) = s.lengths();
         assert_eq!(q, [1, 1, 1, 1]);
         assert_eq!(k.iter().sum::<u32>(), 256);
@@ -640,7 +688,15 @@ mod tests {
 
     #[test]
     fn shape_checks() {
-        let mut s = Shape { dtype: DType::F32, batch: 1, heads: 1, seqlen_q: 8, seqlen_k: 8, head_dim: 257, mask: Mask::Dense };
+        let mut s = Shape {
+            dtype: DType::F32,
+            batch: 1,
+            heads: 1,
+            seqlen_q: 8,
+            seqlen_k: 8,
+            head_dim: 257,
+            mask: Mask::Dense,
+        };
         assert!(check_shape(&s).unwrap_err().contains("1..=256"));
         s.head_dim = 64;
         assert!(check_shape(&s).is_ok());
