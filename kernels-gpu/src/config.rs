@@ -21,6 +21,9 @@ pub struct MmaConfig {
     /// min_blocks)`): `cargo xtask ptx` writes it into the PTX as `.maxntid` and
     /// `.minnctapersm`, and ptxas caps registers at `65536 / (threads · min_blocks)`.
     pub min_blocks: u32,
+    /// V buffers in shared memory: 1 (`V_j` streams in while `S_j` is computed), or 2 (`V_{j+1}`
+    /// streams in during the whole of iteration `j`, at the cost of one more V tile).
+    pub v_stages: u32,
 }
 
 /// The largest dynamic shared memory per block on the project's target (H100/H200, compute
@@ -38,11 +41,10 @@ impl MmaConfig {
         self.block_m / self.warps
     }
 
-    /// Shared memory: one Q tile (`block_m × d`), one K tile and one V tile (`block_n × d`),
-    /// 16-bit elements. K and V have a buffer each, so that V streams in while the scores are
-    /// computed and the next K while the output is.
+    /// Shared memory: one Q tile (`block_m × d`), one K tile and `v_stages` V tiles
+    /// (`block_n × d`), 16-bit elements.
     pub const fn shared_bytes(&self) -> u32 {
-        2 * self.head_dim * (self.block_m + 2 * self.block_n)
+        2 * self.head_dim * (self.block_m + (1 + self.v_stages) * self.block_n)
     }
 
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
@@ -61,6 +63,7 @@ impl MmaConfig {
             && self.block_n % 16 == 0
             && self.head_dim % 64 == 0
             && self.min_blocks > 0
+            && (self.v_stages == 1 || self.v_stages == 2)
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -68,51 +71,54 @@ impl MmaConfig {
 /// Every instantiated configuration. The first one of each head dimension is its default (the
 /// tuned choice); the others are variants that a tile override selects, so that the bench can
 /// sweep them (`--tiles`).
-pub const MMA_CONFIGS: [MmaConfig; 12] = [
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 128, warps: 4, min_blocks: 3 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 3 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 8, min_blocks: 1 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4, min_blocks: 1 },
-    MmaConfig { head_dim: 256, block_m: 128, block_n: 64, warps: 8, min_blocks: 1 },
+pub const MMA_CONFIGS: [MmaConfig; 13] = [
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1, v_stages: 2 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4, v_stages: 1 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4, v_stages: 2 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 128, warps: 4, min_blocks: 3, v_stages: 1 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 2 },
+    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 1 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 2 },
+    MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 256, block_m: 128, block_n: 64, warps: 8, min_blocks: 1, v_stages: 1 },
 ];
 
 /// Kernel entry names of [`MMA_CONFIGS`], f16 then bf16, in the same order:
-/// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}`.
+/// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`.
 pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
     [
-        "flash_fwd_mma_f16_d64_m128_n64_w4_b1",
-        "flash_fwd_mma_f16_d64_m128_n128_w4_b1",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b1",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b4",
-        "flash_fwd_mma_f16_d64_m64_n128_w4_b3",
-        "flash_fwd_mma_f16_d128_m128_n64_w4_b1",
-        "flash_fwd_mma_f16_d128_m64_n64_w4_b1",
-        "flash_fwd_mma_f16_d128_m64_n64_w4_b3",
-        "flash_fwd_mma_f16_d128_m128_n64_w8_b1",
-        "flash_fwd_mma_f16_d128_m128_n32_w4_b1",
-        "flash_fwd_mma_f16_d256_m64_n64_w4_b1",
-        "flash_fwd_mma_f16_d256_m128_n64_w8_b1",
+        "flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_f16_d64_m128_n128_w4_b1_v1",
+        "flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b4_v1",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b4_v2",
+        "flash_fwd_mma_f16_d64_m64_n128_w4_b3_v1",
+        "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2",
+        "flash_fwd_mma_f16_d128_m64_n64_w4_b3_v1",
+        "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v1",
+        "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2",
+        "flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1",
+        "flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1",
     ],
     [
-        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1",
-        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b1",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4",
-        "flash_fwd_mma_bf16_d64_m64_n128_w4_b3",
-        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1",
-        "flash_fwd_mma_bf16_d128_m64_n64_w4_b1",
-        "flash_fwd_mma_bf16_d128_m64_n64_w4_b3",
-        "flash_fwd_mma_bf16_d128_m128_n64_w8_b1",
-        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1",
-        "flash_fwd_mma_bf16_d256_m64_n64_w4_b1",
-        "flash_fwd_mma_bf16_d256_m128_n64_w8_b1",
+        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v1",
+        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v1",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v2",
+        "flash_fwd_mma_bf16_d64_m64_n128_w4_b3_v1",
+        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2",
+        "flash_fwd_mma_bf16_d128_m64_n64_w4_b3_v1",
+        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v1",
+        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2",
+        "flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1",
+        "flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1",
     ],
 ];
 
@@ -158,8 +164,10 @@ mod tests {
     fn kernel_names_follow_the_configs() {
         for (dtype, names) in ["f16", "bf16"].iter().zip(MMA_KERNELS) {
             for (c, name) in MMA_CONFIGS.iter().zip(names) {
-                let expect =
-                    format!("flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}", c.head_dim, c.block_m, c.block_n, c.warps, c.min_blocks);
+                let expect = format!(
+                    "flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}_v{}",
+                    c.head_dim, c.block_m, c.block_n, c.warps, c.min_blocks, c.v_stages
+                );
                 assert_eq!(name, &expect);
             }
         }

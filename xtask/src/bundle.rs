@@ -44,8 +44,11 @@ case "$cmd" in
 esac
 "#;
 
+/// The test executables the bundle carries.
+const GPU_TESTS: &[&str] = &["gpu"];
+
 /// The release binaries the bundle carries besides the test executables.
-const BINARIES: &[&str] = &["flashattn-bench", "examples/timing"];
+const BINARIES: &[&str] = &["flashattn-bench", "examples/timing", "examples/tune"];
 
 /// One executable that cargo reported building.
 struct Artifact {
@@ -95,7 +98,9 @@ pub fn bundle(out: &Path) -> Result<()> {
         std::fs::create_dir_all(out.join(sub)).map_err(|e| e.to_string())?;
     }
     let mut listed = Vec::new();
-    for a in artifacts.iter().filter(|a| a.is_test) {
+    // The GPU suite only: the other test executables need no GPU and run wherever `cargo test`
+    // does (the bundle must stay small enough to travel).
+    for a in artifacts.iter().filter(|a| a.is_test && GPU_TESTS.contains(&a.name.as_str())) {
         // Unit tests of libraries are named after their crate; integration tests after their file.
         let dest = out.join("tests").join(&a.name);
         std::fs::copy(&a.path, &dest).map_err(|e| format!("copying {}: {e}", a.path))?;

@@ -103,11 +103,12 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
 /// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
-/// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads.
+/// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads,
+/// `VS` V buffers (1: `V_j` loads during `S_j`; 2: `V_{j+1}` loads during all of iteration `j`).
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors with 16-byte aligned rows (host checks); launch with
-/// `32·W` threads and `2·D·(BM + 2·BN)` bytes of dynamic shared memory.
+/// `32·W` threads and `2·D·(BM + (1 + VS)·BN)` bytes of dynamic shared memory.
 #[inline(always)]
 unsafe fn flash_fwd_mma<
     E: MmaElement,
@@ -121,13 +122,14 @@ unsafe fn flash_fwd_mma<
     const QR: bool,
     const KQ: usize,
     const T: usize,
+    const VS: usize,
 >(
     p: &AttnParams,
 ) {
     const {
         assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 64 == 0);
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
-        assert!(T == 32 * W);
+        assert!(T == 32 * W && (VS == 1 || VS == 2));
     };
     let tid = thread_x();
     let warp = tid / 32;
@@ -159,6 +161,10 @@ unsafe fn flash_fwd_mma<
         load_tile::<BM, D, T>(q_tile, p.q, &seq, &p.q_strides, seq.q_start, h, m0, seq.len_q);
         if n_tiles > 0 {
             load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, 0, seq.len_k);
+            if VS == 2 {
+                let v_tile = k_tile + 2 * (BN * D) as u32;
+                load_tile::<BN, D, T>(v_tile, p.v, &seq, &p.v_strides, seq.k_start, kv_h, 0, seq.len_k);
+            }
         }
     }
     cp_async::commit();
@@ -176,12 +182,12 @@ unsafe fn flash_fwd_mma<
     for j in 0..n_tiles {
         let n0 = j * BN as u32;
         cp_async::wait::<0>();
-        sync_threads(); // K_j (and Q) visible to all; every warp is done with V_{j-1}
+        sync_threads(); // K_j (and Q; with two V buffers V_j too) visible to all; every warp is done with V_{j-1}
         // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
         // derives the fragment addresses inside the loop instead of keeping them all live.
         let q_tile = shared::base();
         let k_tile = q_tile + 2 * (BM * D) as u32;
-        let v_tile = k_tile + 2 * (BN * D) as u32;
+        let v_tile = |j: u32| k_tile + 2 * (BN * D) as u32 * (1 + j % VS as u32);
         if QR && j == 0 {
             for (mi, qm) in q_frags.iter_mut().enumerate() {
                 for (kk, qf) in qm.iter_mut().enumerate() {
@@ -190,11 +196,11 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
-        // SAFETY: as above.
-        unsafe {
-            load_tile::<BN, D, T>(v_tile, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k)
-        };
-        cp_async::commit();
+        if VS == 1 {
+            // SAFETY: as above.
+            unsafe { load_tile::<BN, D, T>(v_tile(j), p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k) };
+            cp_async::commit();
+        }
 
         // S = Q·K_jᵀ
         let mut s = [[[0.0f32; 4]; NT]; MI];
@@ -218,15 +224,22 @@ unsafe fn flash_fwd_mma<
             }
         }
 
-        // V_j has arrived and every warp is done with K_j: start K_{j+1} now, so that it streams
-        // in during the softmax and O += P·V_j.
-        cp_async::wait::<0>();
+        // Every warp is done with K_j (and, with one V buffer, V_j has arrived): start K_{j+1}
+        // (and, with two, V_{j+1} into the buffer V_{j-1} left) so that they stream in during
+        // the softmax and O += P·V_j.
+        if VS == 1 {
+            cp_async::wait::<0>();
+        }
         sync_threads();
         if j + 1 < n_tiles {
+            let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
-                load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, n0 + BN as u32, seq.len_k)
-            };
+                load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, next, seq.len_k);
+                if VS == 2 {
+                    load_tile::<BN, D, T>(v_tile(j + 1), p.v, &seq, &p.v_strides, seq.k_start, kv_h, next, seq.len_k);
+                }
+            }
         }
         cp_async::commit();
 
@@ -291,7 +304,7 @@ unsafe fn flash_fwd_mma<
             }
             for dp in 0..DT / 2 {
                 // SAFETY: inside the V tile.
-                let b = unsafe { ldmatrix::x4_trans(v_rows.at(v_tile, ks, dp, chunks)) };
+                let b = unsafe { ldmatrix::x4_trans(v_rows.at(v_tile(j), ks, dp, chunks)) };
                 for mi in 0..MI {
                     E::mma(&mut o[mi][2 * dp], &a[mi], b[0], b[1]);
                     E::mma(&mut o[mi][2 * dp + 1], &a[mi], b[2], b[3]);
@@ -368,6 +381,7 @@ macro_rules! mma_kernels {
                     { C.q_in_registers() },
                     KQ,
                     { C.threads() as usize },
+                    { C.v_stages as usize },
                 >(&p)
             }
         }
@@ -376,28 +390,30 @@ macro_rules! mma_kernels {
 
 // Names and order as `MMA_KERNELS` (checked by a unit test of `config`).
 mma_kernels! {
-    flash_fwd_mma_f16_d64_m128_n64_w4_b1 => F16, 0;
-    flash_fwd_mma_f16_d64_m128_n128_w4_b1 => F16, 1;
-    flash_fwd_mma_f16_d64_m64_n64_w4_b1 => F16, 2;
-    flash_fwd_mma_f16_d64_m64_n64_w4_b4 => F16, 3;
-    flash_fwd_mma_f16_d64_m64_n128_w4_b3 => F16, 4;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1 => F16, 5;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b1 => F16, 6;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b3 => F16, 7;
-    flash_fwd_mma_f16_d128_m128_n64_w8_b1 => F16, 8;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1 => F16, 9;
-    flash_fwd_mma_f16_d256_m64_n64_w4_b1 => F16, 10;
-    flash_fwd_mma_f16_d256_m128_n64_w8_b1 => F16, 11;
-    flash_fwd_mma_bf16_d64_m128_n64_w4_b1 => Bf16, 0;
-    flash_fwd_mma_bf16_d64_m128_n128_w4_b1 => Bf16, 1;
-    flash_fwd_mma_bf16_d64_m64_n64_w4_b1 => Bf16, 2;
-    flash_fwd_mma_bf16_d64_m64_n64_w4_b4 => Bf16, 3;
-    flash_fwd_mma_bf16_d64_m64_n128_w4_b3 => Bf16, 4;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1 => Bf16, 5;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b1 => Bf16, 6;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b3 => Bf16, 7;
-    flash_fwd_mma_bf16_d128_m128_n64_w8_b1 => Bf16, 8;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1 => Bf16, 9;
-    flash_fwd_mma_bf16_d256_m64_n64_w4_b1 => Bf16, 10;
-    flash_fwd_mma_bf16_d256_m128_n64_w8_b1 => Bf16, 11;
+    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 0;
+    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v1 => F16, 1;
+    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2 => F16, 2;
+    flash_fwd_mma_f16_d64_m64_n64_w4_b4_v1 => F16, 3;
+    flash_fwd_mma_f16_d64_m64_n64_w4_b4_v2 => F16, 4;
+    flash_fwd_mma_f16_d64_m64_n128_w4_b3_v1 => F16, 5;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v1 => F16, 6;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 7;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b3_v1 => F16, 8;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v1 => F16, 9;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 10;
+    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 11;
+    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 12;
+    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 0;
+    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v1 => Bf16, 1;
+    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2 => Bf16, 2;
+    flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v1 => Bf16, 3;
+    flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v2 => Bf16, 4;
+    flash_fwd_mma_bf16_d64_m64_n128_w4_b3_v1 => Bf16, 5;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v1 => Bf16, 6;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 7;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b3_v1 => Bf16, 8;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v1 => Bf16, 9;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 10;
+    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 11;
+    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 12;
 }
