@@ -168,7 +168,8 @@ impl Device {
             v.dedup();
             v
         };
-        let default = mma_default(d as u32).filter(|_| dtype != DType::F32).ok_or_else(|| {
+        let max_q = (0..problem.batch()).map(|i| problem.sequence(i).len_q).max().unwrap_or(0);
+        let default = mma_default(d as u32, problem.causal, max_q).filter(|_| dtype != DType::F32).ok_or_else(|| {
             unsupported(format!("{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)", head_dims()))
         })?;
         for (name, l) in [("q", &problem.q), ("k", &problem.k), ("v", &problem.v), ("o", &problem.o)] {

@@ -69,20 +69,16 @@ impl MmaConfig {
 }
 
 /// Every instantiated configuration. The first one of each head dimension is its default (the
-/// tuned choice); the others are variants that a tile override selects, so that the bench can
-/// sweep them (`--tiles`).
-pub const MMA_CONFIGS: [MmaConfig; 13] = [
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1, v_stages: 1 },
+/// tuned choice, see [`mma_default`] and `NOTES.md`); the others are variants that a tile
+/// override selects by `block_m × block_n`, so that the bench can sweep them (`--tiles`).
+pub const MMA_CONFIGS: [MmaConfig; 9] = [
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 96, warps: 4, min_blocks: 1, v_stages: 2 },
     MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4, v_stages: 1 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 4, v_stages: 2 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 128, warps: 4, min_blocks: 3, v_stages: 1 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 2 },
+    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
     MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 1 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 1 },
     MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 2 },
+    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
     MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
     MmaConfig { head_dim: 256, block_m: 128, block_n: 64, warps: 8, min_blocks: 1, v_stages: 1 },
 ];
@@ -91,32 +87,24 @@ pub const MMA_CONFIGS: [MmaConfig; 13] = [
 /// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`.
 pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
     [
-        "flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1",
-        "flash_fwd_mma_f16_d64_m128_n128_w4_b1_v1",
+        "flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2",
         "flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b4_v1",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b4_v2",
-        "flash_fwd_mma_f16_d64_m64_n128_w4_b3_v1",
-        "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2",
+        "flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1",
         "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2",
-        "flash_fwd_mma_f16_d128_m64_n64_w4_b3_v1",
-        "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v1",
         "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2",
+        "flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1",
         "flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1",
         "flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1",
     ],
     [
-        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1",
-        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v1",
+        "flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2",
         "flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v1",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v2",
-        "flash_fwd_mma_bf16_d64_m64_n128_w4_b3_v1",
-        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2",
+        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1",
         "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2",
-        "flash_fwd_mma_bf16_d128_m64_n64_w4_b3_v1",
-        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v1",
         "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2",
+        "flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1",
         "flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1",
         "flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1",
     ],
@@ -130,8 +118,14 @@ const _: () = {
     }
 };
 
-/// Index into [`MMA_CONFIGS`] of the default configuration for a head dimension.
-pub const fn mma_default(head_dim: u32) -> Option<usize> {
+/// Index into [`MMA_CONFIGS`] of the configuration the library runs for a head dimension: the
+/// first of that head dimension, except for short causal problems at d = 64, where 64-row
+/// blocks at four per SM balance the triangle better (H200, `NOTES.md`: 240 against 227
+/// TFLOP/s at N = 1024, while 128×128 wins from N = 4096 on).
+pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Option<usize> {
+    if head_dim == 64 && causal && max_seqlen_q <= 2048 {
+        return mma_find(64, 64, 64);
+    }
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         if MMA_CONFIGS[i].head_dim == head_dim {
@@ -176,11 +170,16 @@ mod tests {
     #[test]
     fn defaults_and_lookup() {
         for d in [64, 128, 256] {
-            let i = mma_default(d).unwrap();
+            let i = mma_default(d, false, 4096).unwrap();
             assert_eq!(MMA_CONFIGS[i].head_dim, d);
             let c = MMA_CONFIGS[i];
             assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i));
         }
-        assert_eq!(mma_default(96), None);
+        assert_eq!(mma_default(96, false, 1), None);
+        assert_eq!(MMA_CONFIGS[mma_default(64, true, 1024).unwrap()].block_m, 64);
+        // The tile override names each configuration of a head dim uniquely.
+        for (i, c) in MMA_CONFIGS.iter().enumerate() {
+            assert_eq!(mma_find(c.head_dim, c.block_m, c.block_n), Some(i));
+        }
     }
 }

@@ -22,7 +22,7 @@ use super::arch::ldmatrix;
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
-use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
+use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x, thread_x_opaque};
 use super::sequence::SeqView;
 use crate::config::{MMA_CONFIGS, MmaConfig};
 use crate::mask;
@@ -86,7 +86,9 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
     let chunks = D / 8;
     let rows_per_pass = THREADS / chunks;
     const { assert!(THREADS % (D / 8) == 0 && ROWS % (THREADS / (D / 8)) == 0) };
-    let tid = thread_x() as usize;
+    // An opaque read: the per-thread addresses are recomputed at each call (a few integer
+    // operations) rather than hoisted out of the key loop into registers.
+    let tid = thread_x_opaque() as usize;
     let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
     let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
     let step = 2 * strides[1] * rows_per_pass as u64;
@@ -173,10 +175,18 @@ unsafe fn flash_fwd_mma<
     let mut state = [[OnlineSoftmax::new(); 2]; MI];
     let warp_row0 = warp * (MI * 16) as u32;
     // This lane's ldmatrix rows: A tiles of Q (rows 0-7/8-15, columns 0-7/8-15 in x4 order),
-    // B tiles of K (keys 0-7/0-7/8-15/8-15, dims 0-7/8-15/…), B tiles of V, transposed.
-    let q_rows = FragRows::new(warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks);
-    let k_rows = FragRows::new((lane % 8) + 8 * (lane / 16), (lane / 8) % 2, chunks);
-    let v_rows = FragRows::new((lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks);
+    // B tiles of K (keys 0-7/0-7/8-15/8-15, dims 0-7/8-15/…), B tiles of V, transposed. Derived
+    // from an opaque read of the thread index inside the loop (a few integer operations per
+    // tile), so that they take no registers across it.
+    let frag_rows = || {
+        let tid = thread_x_opaque();
+        let (lane, warp_row0) = (tid % 32, (tid / 32) * (MI * 16) as u32);
+        (
+            FragRows::new(warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks),
+            FragRows::new((lane % 8) + 8 * (lane / 16), (lane / 8) % 2, chunks),
+            FragRows::new((lane % 8) + 8 * ((lane / 8) % 2), lane / 16, chunks),
+        )
+    };
 
     let mut q_frags = [[[0u32; 4]; KQ]; MI];
     for j in 0..n_tiles {
@@ -188,6 +198,7 @@ unsafe fn flash_fwd_mma<
         let q_tile = shared::base();
         let k_tile = q_tile + 2 * (BM * D) as u32;
         let v_tile = |j: u32| k_tile + 2 * (BN * D) as u32 * (1 + j % VS as u32);
+        let (q_rows, k_rows, v_rows) = frag_rows();
         if QR && j == 0 {
             for (mi, qm) in q_frags.iter_mut().enumerate() {
                 for (kk, qf) in qm.iter_mut().enumerate() {
@@ -390,30 +401,22 @@ macro_rules! mma_kernels {
 
 // Names and order as `MMA_KERNELS` (checked by a unit test of `config`).
 mma_kernels! {
-    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 0;
-    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v1 => F16, 1;
-    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2 => F16, 2;
-    flash_fwd_mma_f16_d64_m64_n64_w4_b4_v1 => F16, 3;
-    flash_fwd_mma_f16_d64_m64_n64_w4_b4_v2 => F16, 4;
-    flash_fwd_mma_f16_d64_m64_n128_w4_b3_v1 => F16, 5;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v1 => F16, 6;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 7;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b3_v1 => F16, 8;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v1 => F16, 9;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 10;
-    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 11;
-    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 12;
-    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 0;
-    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v1 => Bf16, 1;
-    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2 => Bf16, 2;
-    flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v1 => Bf16, 3;
-    flash_fwd_mma_bf16_d64_m64_n64_w4_b4_v2 => Bf16, 4;
-    flash_fwd_mma_bf16_d64_m64_n128_w4_b3_v1 => Bf16, 5;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v1 => Bf16, 6;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 7;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b3_v1 => Bf16, 8;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v1 => Bf16, 9;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 10;
-    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 11;
-    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 12;
+    flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2 => F16, 0;
+    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2 => F16, 1;
+    flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2 => F16, 2;
+    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 3;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 4;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 5;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1 => F16, 6;
+    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 7;
+    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 8;
+    flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2 => Bf16, 0;
+    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2 => Bf16, 1;
+    flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2 => Bf16, 2;
+    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 3;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 4;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 5;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1 => Bf16, 6;
+    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 7;
+    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 8;
 }

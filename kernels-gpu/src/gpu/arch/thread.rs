@@ -9,6 +9,17 @@ pub fn thread_x() -> u32 {
     unsafe { nvptx::_thread_idx_x() as u32 }
 }
 
+/// `%tid.x` read by an instruction the compiler treats as opaque: it is not merged with other
+/// reads, so values derived from it are recomputed where they are needed instead of being kept
+/// in registers across a loop.
+#[inline(always)]
+pub fn thread_x_opaque() -> u32 {
+    let t: u32;
+    // SAFETY: reads a special register.
+    unsafe { core::arch::asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t) };
+    t
+}
+
 /// `%ntid.x`: threads per block along x.
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
