@@ -9,7 +9,11 @@
 use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Method, Problem, bf16};
 use rand::Rng;
 
-fn time_ms(dev: &Device, reps: usize, mut f: impl FnMut() -> flashattn::Result<()>) -> flashattn::Result<f32> {
+fn time_ms(
+    dev: &Device,
+    reps: usize,
+    mut f: impl FnMut() -> flashattn::Result<()>,
+) -> flashattn::Result<f32> {
     for _ in 0..3 {
         f()?;
     }
@@ -42,7 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let dev = Device::new(0)?;
     println!("{}", dev.props());
-    println!("{:>5} {:>6} {:>4} {:>4} {:>6} | {:>22} {:>22} {:>22}", "B", "N", "H", "d", "causal", "flash-tc", "flash", "standard");
+    println!(
+        "{:>5} {:>6} {:>4} {:>4} {:>6} | {:>22} {:>22} {:>22}",
+        "B", "N", "H", "d", "causal", "flash-tc", "flash", "standard"
+    );
     let mut rng = rand::rng();
     for [b, n, h, d, causal] in shapes {
         let l = Layout::bshd(b, n, h, d);
@@ -59,8 +66,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), None, &opts).map(|_| ())
             });
             line += &match r {
-                Ok(ms) => format!(" {:>9.3} ms {:>6.1} TF/s", ms, problem.flops() / (ms as f64 * 1e-3) / 1e12),
-                Err(e) => format!(" {:>22}", format!("error: {}", e.to_string().chars().take(14).collect::<String>())),
+                Ok(ms) => {
+                    format!(" {:>9.3} ms {:>6.1} TF/s", ms, problem.flops() / (ms as f64 * 1e-3) / 1e12)
+                }
+                Err(e) => format!(
+                    " {:>22}",
+                    format!("error: {}", e.to_string().chars().take(14).collect::<String>())
+                ),
             };
         }
         println!("{line}");

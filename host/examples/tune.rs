@@ -24,7 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // Three input sets, rotated, so that small shapes are not served from L2.
                 let sets: Vec<_> = (0..3)
                     .map(|_| {
-                        let data: Vec<bf16> = (0..len).map(|_| bf16::from_f32(rng.random_range(-1.0..1.0))).collect();
+                        let data: Vec<bf16> =
+                            (0..len).map(|_| bf16::from_f32(rng.random_range(-1.0..1.0))).collect();
                         dev.upload(&data)
                     })
                     .collect::<Result<_, _>>()?;

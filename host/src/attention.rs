@@ -95,13 +95,22 @@ const SIMT_BLOCK_M: [usize; 3] = [16, 32, 64];
 impl SimtTiles {
     /// Default tiles for a head dim, or the user's override, checked against the kernel and the
     /// device's shared memory.
-    pub(crate) fn choose(head_dim: usize, tiles: Tiles, shared_limit: u32) -> Result<SimtTiles, InvalidInput> {
+    pub(crate) fn choose(
+        head_dim: usize,
+        tiles: Tiles,
+        shared_limit: u32,
+    ) -> Result<SimtTiles, InvalidInput> {
         let padded_dim = SIMT_HEAD_DIMS.into_iter().find(|&p| p as usize >= head_dim).unwrap_or(256);
         // Defaults: more rows per block where the accumulator is small; fewer keys per tile where
         // the K/V tiles are large (d = 256), so that two blocks fit on an SM.
         let block_m = tiles.block_m.unwrap_or(if padded_dim <= 64 { 64 } else { 32 });
         let block_n = tiles.block_n.unwrap_or(if padded_dim <= 128 { 64 } else { 32 });
-        let bad = |why: String| InvalidInput::Tiles { method: "flash", block_m: tiles.block_m, block_n: tiles.block_n, why };
+        let bad = |why: String| InvalidInput::Tiles {
+            method: "flash",
+            block_m: tiles.block_m,
+            block_n: tiles.block_n,
+            why,
+        };
         if !SIMT_BLOCK_M.contains(&block_m) {
             return Err(bad(format!("block_m must be one of {SIMT_BLOCK_M:?}")));
         }
@@ -140,7 +149,8 @@ fn check_grid(method: &'static str, grid: (u32, u32, u32)) -> Result<(), Invalid
 }
 
 fn u32_of(method: &'static str, what: &str, x: usize) -> Result<u32, InvalidInput> {
-    u32::try_from(x).map_err(|_| InvalidInput::Unsupported { method, why: format!("{what} of {x} (over 2³²)") })
+    u32::try_from(x)
+        .map_err(|_| InvalidInput::Unsupported { method, why: format!("{what} of {x} (over 2³²)") })
 }
 
 impl Device {
@@ -150,17 +160,29 @@ impl Device {
     }
 
     /// Picks the kernel and its launch for a validated problem.
-    fn choose(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+    fn choose(
+        &self,
+        dtype: DType,
+        problem: &Problem,
+        opts: &AttentionOptions,
+    ) -> Result<Choice, InvalidInput> {
         match opts.method {
             Method::Flash => self.plan_simt(dtype, problem, opts),
             Method::FlashTensorCore => self.plan_mma(dtype, problem, opts),
             // The tensor-core kernel where it applies, the general one otherwise.
-            Method::Auto => self.plan_mma(dtype, problem, opts).or_else(|_| self.plan_simt(dtype, problem, opts)),
+            Method::Auto => {
+                self.plan_mma(dtype, problem, opts).or_else(|_| self.plan_simt(dtype, problem, opts))
+            }
             Method::Standard => Ok(Choice { plan: crate::standard::plan(dtype, problem)?, kernel: None }),
         }
     }
 
-    fn plan_mma(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+    fn plan_mma(
+        &self,
+        dtype: DType,
+        problem: &Problem,
+        opts: &AttentionOptions,
+    ) -> Result<Choice, InvalidInput> {
         let unsupported = |why: String| InvalidInput::Unsupported { method: "flash-tc", why };
         let d = problem.q.head_dim;
         let head_dims = || {
@@ -169,9 +191,14 @@ impl Device {
             v
         };
         let max_q = (0..problem.batch()).map(|i| problem.sequence(i).len_q).max().unwrap_or(0);
-        let default = mma_default(d as u32, problem.causal, max_q).filter(|_| dtype != DType::F32).ok_or_else(|| {
-            unsupported(format!("{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)", head_dims()))
-        })?;
+        let default = mma_default(d as u32, problem.causal, max_q)
+            .filter(|_| dtype != DType::F32)
+            .ok_or_else(|| {
+                unsupported(format!(
+                    "{dtype} with head dim {d} (it runs f16/bf16 with head dims {:?}; use `flash`)",
+                    head_dims()
+                ))
+            })?;
         for (name, l) in [("q", &problem.q), ("k", &problem.k), ("v", &problem.v), ("o", &problem.o)] {
             if [l.batch_stride, l.seq_stride, l.head_stride].iter().any(|s| s % 8 != 0) {
                 return Err(unsupported(format!(
@@ -225,7 +252,12 @@ impl Device {
     }
 
     /// Grid of the flash kernels: query tiles of the longest sequence × heads × sequences.
-    fn grid(&self, problem: &Problem, block_m: usize, method: &'static str) -> Result<(u32, u32, u32), InvalidInput> {
+    fn grid(
+        &self,
+        problem: &Problem,
+        block_m: usize,
+        method: &'static str,
+    ) -> Result<(u32, u32, u32), InvalidInput> {
         let max_q = (0..problem.batch()).map(|i| problem.sequence(i).len_q).max().unwrap_or(0);
         let grid = (
             u32_of(method, "query tokens", max_q.div_ceil(block_m))?,
@@ -236,9 +268,15 @@ impl Device {
         Ok(grid)
     }
 
-    fn plan_simt(&self, dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Choice, InvalidInput> {
+    fn plan_simt(
+        &self,
+        dtype: DType,
+        problem: &Problem,
+        opts: &AttentionOptions,
+    ) -> Result<Choice, InvalidInput> {
         let tiles = SimtTiles::choose(problem.q.head_dim, opts.tiles, self.props().max_shared_per_block)?;
-        let kernel = Kernel::flash_simt(dtype, tiles.padded_dim).ok_or(InvalidInput::HeadDim { head_dim: problem.q.head_dim })?;
+        let kernel = Kernel::flash_simt(dtype, tiles.padded_dim)
+            .ok_or(InvalidInput::HeadDim { head_dim: problem.q.head_dim })?;
         let grid = self.grid(problem, tiles.block_m as usize, "flash")?;
         let plan = Plan {
             method: Method::Flash,
@@ -283,7 +321,13 @@ impl Device {
             }
         }
         let lse_addr = lse.map_or(0, |l| l.device_address());
-        let io = Io { q: q.buf.device_address(), k: k.buf.device_address(), v: v.buf.device_address(), o: out.buf.device_address(), lse: lse_addr };
+        let io = Io {
+            q: q.buf.device_address(),
+            k: k.buf.device_address(),
+            v: v.buf.device_address(),
+            o: out.buf.device_address(),
+            lse: lse_addr,
+        };
         let choice = self.choose(T::DTYPE, &problem, opts)?;
         match choice.kernel {
             None => crate::standard::run(self, T::DTYPE, &problem, io),
@@ -301,7 +345,8 @@ impl Device {
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let params = attn_params(problem, io, addresses, plan.block_n as u32)?;
-        let shape = LaunchShape { grid: plan.grid, block: (plan.threads, 1, 1), shared_bytes: plan.shared_bytes };
+        let shape =
+            LaunchShape { grid: plan.grid, block: (plan.threads, 1, 1), shared_bytes: plan.shared_bytes };
         // SAFETY: `params` is the kernel's parameter struct, built from validated layouts whose
         // buffers hold every addressed element. The offset buffers are freed in stream order,
         // after the kernel.
@@ -341,7 +386,12 @@ fn strides(l: &Layout) -> [u64; 3] {
 }
 
 /// The kernels' parameter struct for a validated problem.
-pub(crate) fn attn_params(problem: &Problem, io: Io, offsets: Option<(u64, u64)>, block_n: u32) -> Result<AttnParams, InvalidInput> {
+pub(crate) fn attn_params(
+    problem: &Problem,
+    io: Io,
+    offsets: Option<(u64, u64)>,
+    block_n: u32,
+) -> Result<AttnParams, InvalidInput> {
     let m = "flash";
     Ok(AttnParams {
         q: io.q,

@@ -1,8 +1,8 @@
 //! Device selection, properties, memory, and launches.
 
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
@@ -221,14 +221,20 @@ impl Device {
 
     /// Allocates `bytes` of scratch memory (at least one byte). An out-of-memory failure reports
     /// `what` and `total` bytes: everything the caller needs at once, not just this piece.
-    pub(crate) fn alloc_scratch(&self, bytes: u64, total: u64, what: impl FnOnce() -> String) -> Result<DeviceBuffer<u8>> {
+    pub(crate) fn alloc_scratch(
+        &self,
+        bytes: u64,
+        total: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<DeviceBuffer<u8>> {
         let oom = || DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         let len = usize::try_from(bytes.max(1)).map_err(|_| self.alloc_error(oom(), String::new(), total))?;
         if total > self.props.total_memory {
             return Err(self.alloc_error(oom(), what(), total));
         }
         // SAFETY: scratch bytes are written before they are read.
-        let slice = unsafe { self.stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
+        let slice =
+            unsafe { self.stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
         Ok(DeviceBuffer { slice, len })
     }
 
@@ -250,12 +256,11 @@ impl Device {
 
     /// Copies `u32` words (sequence offsets) into a new device buffer.
     pub(crate) fn upload_u32(&self, host: &[u32]) -> Result<DeviceBuffer<u32>> {
-        let slice = if host.is_empty() {
-            self.stream.alloc_zeros::<u32>(1)
-        } else {
-            self.stream.clone_htod(host)
-        };
-        let slice = slice.map_err(|e| self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64))?;
+        let slice =
+            if host.is_empty() { self.stream.alloc_zeros::<u32>(1) } else { self.stream.clone_htod(host) };
+        let slice = slice.map_err(|e| {
+            self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64)
+        })?;
         Ok(DeviceBuffer { slice, len: host.len() })
     }
 

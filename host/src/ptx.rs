@@ -168,7 +168,9 @@ impl Kernel {
     /// Position in [`Kernel::all`].
     pub(crate) fn index(self) -> usize {
         match self {
-            Kernel::FlashMma { bf16, config } => FIXED.len() + bf16 as usize * MMA_CONFIGS.len() + config as usize,
+            Kernel::FlashMma { bf16, config } => {
+                FIXED.len() + bf16 as usize * MMA_CONFIGS.len() + config as usize
+            }
             fixed => FIXED.iter().position(|&k| k == fixed).unwrap_or(0),
         }
     }

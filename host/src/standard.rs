@@ -8,7 +8,9 @@ use std::ffi::c_void;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::{CudaBlas, result as blas};
-use flashattn_kernels::params::{FILL_THREADS, FillRowsParams, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS, SoftmaxParams};
+use flashattn_kernels::params::{
+    FILL_THREADS, FillRowsParams, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS, SoftmaxParams,
+};
 
 use crate::attention::{Io, Plan};
 use crate::buffer::DType;
@@ -82,8 +84,11 @@ struct Gemm {
 
 fn int(x: usize) -> Result<i32> {
     i32::try_from(x).map_err(|_| {
-        InvalidInput::Unsupported { method: "standard", why: format!("a matrix extent of {x} (cuBLAS takes 32-bit extents)") }
-            .into()
+        InvalidInput::Unsupported {
+            method: "standard",
+            why: format!("a matrix extent of {x} (cuBLAS takes 32-bit extents)"),
+        }
+        .into()
     })
 }
 
@@ -226,7 +231,11 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
             scale_log2: problem.scale_log2(),
             causal: problem.causal as u32,
         };
-        let shape = LaunchShape { grid: (rows as u32, 1, 1), block: (SOFTMAX_THREADS, 1, 1), shared_bytes: SOFTMAX_SHARED_BYTES };
+        let shape = LaunchShape {
+            grid: (rows as u32, 1, 1),
+            block: (SOFTMAX_THREADS, 1, 1),
+            shared_bytes: SOFTMAX_SHARED_BYTES,
+        };
         // SAFETY: S and P hold `rows × nk` elements; the lse index is inside the validated output.
         unsafe { dev.launch(softmax, shape, &params)? };
         for j in 0..g {

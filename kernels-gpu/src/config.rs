@@ -71,11 +71,10 @@ impl MmaConfig {
 /// Every instantiated configuration. The first one of each head dimension is its default (the
 /// tuned choice, see [`mma_default`] and `NOTES.md`); the others are variants that a tile
 /// override selects by `block_m × block_n`, so that the bench can sweep them (`--tiles`).
-pub const MMA_CONFIGS: [MmaConfig; 9] = [
+pub const MMA_CONFIGS: [MmaConfig; 8] = [
     MmaConfig { head_dim: 64, block_m: 128, block_n: 96, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 128, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 2 },
     MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
+    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 2 },
     MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 2 },
     MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 2 },
     MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
@@ -88,9 +87,8 @@ pub const MMA_CONFIGS: [MmaConfig; 9] = [
 pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
     [
         "flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2",
-        "flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2",
         "flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2",
         "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2",
         "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2",
         "flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1",
@@ -99,9 +97,8 @@ pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
     ],
     [
         "flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2",
-        "flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2",
         "flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1",
+        "flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2",
         "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2",
         "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2",
         "flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1",
@@ -118,14 +115,12 @@ const _: () = {
     }
 };
 
-/// Index into [`MMA_CONFIGS`] of the configuration the library runs for a head dimension: the
-/// first of that head dimension, except for short causal problems at d = 64, where 64-row
-/// blocks at four per SM balance the triangle better (H200, `NOTES.md`: 240 against 227
-/// TFLOP/s at N = 1024, while 128×128 wins from N = 4096 on).
+/// Index into [`MMA_CONFIGS`] of the configuration the library runs: the first of the head
+/// dimension (`NOTES.md`, v6: it is the fastest at every headline shape, causal or not, on the
+/// H200). The shape is an argument so that a choice by causality or length stays in this one
+/// place if measurements ever call for it.
 pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Option<usize> {
-    if head_dim == 64 && causal && max_seqlen_q <= 2048 {
-        return mma_find(64, 64, 64);
-    }
+    let _ = (causal, max_seqlen_q);
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         if MMA_CONFIGS[i].head_dim == head_dim {
@@ -176,7 +171,6 @@ mod tests {
             assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i));
         }
         assert_eq!(mma_default(96, false, 1), None);
-        assert_eq!(MMA_CONFIGS[mma_default(64, true, 1024).unwrap()].block_m, 64);
         // The tile override names each configuration of a head dim uniquely.
         for (i, c) in MMA_CONFIGS.iter().enumerate() {
             assert_eq!(mma_find(c.head_dim, c.block_m, c.block_n), Some(i));

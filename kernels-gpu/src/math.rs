@@ -16,7 +16,9 @@ pub fn exp2(x: f32) -> f32 {
     {
         let y: f32;
         // SAFETY: a pure arithmetic instruction on registers.
-        unsafe { core::arch::asm!("ex2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            core::arch::asm!("ex2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -32,7 +34,9 @@ pub fn log2(x: f32) -> f32 {
     {
         let y: f32;
         // SAFETY: a pure arithmetic instruction on registers.
-        unsafe { core::arch::asm!("lg2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            core::arch::asm!("lg2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]

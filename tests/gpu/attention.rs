@@ -4,8 +4,8 @@
 //! checked, also the ones no output position addresses (they must stay NaN).
 
 use flashattn::{
-    AttentionOptions, DType, Device, DeviceBuffer, Element, Error, InvalidInput, Layout, Method, Problem, Tiles,
-    bf16, f16,
+    AttentionOptions, DType, Device, DeviceBuffer, Element, Error, InvalidInput, Layout, Method, Problem,
+    Tiles, bf16, f16,
 };
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
 use flashattn_testkit::tolerance::check_untouched;
@@ -25,6 +25,7 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::random_tensor_core_bf16", random::<bf16, 2>),
     ("attention::tensor_core_shapes_f16", tensor_core_shapes::<f16>),
     ("attention::tensor_core_shapes_bf16", tensor_core_shapes::<bf16>),
+    ("attention::tensor_core_every_config", every_config),
     ("attention::deterministic_across_runs", deterministic),
     ("attention::standard_memory_wall_is_an_error", memory_wall),
     ("attention::invalid_input_writes_nothing", invalid_writes_nothing),
@@ -40,7 +41,11 @@ fn small() -> bool {
 
 /// Random cases per test: `FLASHATTN_GPU_CASES`, else 48 (8 with `FLASHATTN_TEST_SMALL=1`).
 fn cases() -> u32 {
-    std::env::var("FLASHATTN_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(if small() { 8 } else { 48 })
+    std::env::var("FLASHATTN_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(if small() {
+        8
+    } else {
+        48
+    })
 }
 
 fn e2s(e: Error) -> String {
@@ -55,7 +60,11 @@ struct Outputs<T> {
 
 /// Runs `case` with `opts` on the GPU into NaN-poisoned outputs. `Ok(None)` when the method does
 /// not support the case (only the tensor-core method may say so).
-fn run<T: Element>(dev: &Device, case: &Case<T>, opts: &AttentionOptions) -> Result<Option<Outputs<T>>, String> {
+fn run<T: Element>(
+    dev: &Device,
+    case: &Case<T>,
+    opts: &AttentionOptions,
+) -> Result<Option<Outputs<T>>, String> {
     let p = &case.problem;
     let q = dev.upload(&case.q).map_err(e2s)?;
     let k = dev.upload(&case.k).map_err(e2s)?;
@@ -67,7 +76,9 @@ fn run<T: Element>(dev: &Device, case: &Case<T>, opts: &AttentionOptions) -> Res
     let r = dev.attention(q.view(p.q), k.view(p.k), v.view(p.v), out.view_mut(p.o), Some(&mut lse), opts);
     match r {
         Ok(_) => {}
-        Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) if opts.method == Method::FlashTensorCore => {
+        Err(Error::InvalidInput(InvalidInput::Unsupported { .. }))
+            if opts.method == Method::FlashTensorCore =>
+        {
             return Ok(None);
         }
         Err(e) => return Err(format!("{e}\n{case}")),
@@ -104,7 +115,7 @@ fn gpu_tiles(drawn: Tiles, method: Method, head_dim: usize) -> Tiles {
 fn for_tensor_cores(spec: &mut Spec, pick: usize) {
     spec.head_dim = [64, 128, 256][pick % 3];
     if matches!(spec.layout, LayoutKind::Padded | LayoutKind::Mixed) {
-        spec.layout = if pick % 2 == 0 { LayoutKind::Bshd } else { LayoutKind::Bhsd };
+        spec.layout = if pick.is_multiple_of(2) { LayoutKind::Bshd } else { LayoutKind::Bhsd };
     }
 }
 
@@ -116,7 +127,8 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
     }
     let budget = if method == Method::FlashTensorCore { DEFAULT_MAX_WORK / 4 } else { DEFAULT_MAX_WORK };
     let strategy = (spec_with(budget), 0..6usize);
-    let mut runner = TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let mut runner =
+        TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
     let ran = std::sync::atomic::AtomicU32::new(0);
     let result = runner.run(&strategy, |(mut spec, pick)| {
         spec.tiles = gpu_tiles(spec.tiles, method, spec.head_dim);
@@ -136,7 +148,14 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
     Ok(())
 }
 
-fn spec(sequences: Sequences, heads_q: usize, heads_k: usize, d: usize, causal: bool, layout: LayoutKind) -> Spec {
+fn spec(
+    sequences: Sequences,
+    heads_q: usize,
+    heads_k: usize,
+    d: usize,
+    causal: bool,
+    layout: LayoutKind,
+) -> Spec {
     Spec {
         sequences,
         heads_q,
@@ -168,7 +187,12 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
             specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, Bhsd));
             specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, Bshd));
             specs.push(spec(
-                Sequences::VarLen { q_lens: vec![65, 0, 129, 1, 200], k_lens: vec![70, 3, 0, 64, 200], spare_q: 1, spare_k: 2 },
+                Sequences::VarLen {
+                    q_lens: vec![65, 0, 129, 1, 200],
+                    k_lens: vec![70, 3, 0, 64, 200],
+                    spare_q: 1,
+                    spare_k: 2,
+                },
                 2,
                 2,
                 d,
@@ -187,6 +211,29 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
         let case = Case::<T>::random(&mut rand::rng(), s);
         if !run_and_check(dev, &case, Method::FlashTensorCore)? {
             return Err(format!("the tensor-core kernel refused a case it should run:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every instantiated tensor-core configuration (a tile override picks each), on ragged shapes.
+fn every_config(dev: &Device) -> Result<(), String> {
+    for c in flashattn::kernels::config::MMA_CONFIGS {
+        for causal in [false, true] {
+            let mut s = spec(batch(2, 150, 203), 2, 1, c.head_dim as usize, causal, LayoutKind::Bshd);
+            s.tiles = Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
+            let case = Case::<bf16>::random(&mut rand::rng(), &s);
+            let p = dev.plan::<bf16>(
+                &case.problem,
+                &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() },
+            );
+            let p = p.map_err(e2s)?;
+            if (p.block_m, p.block_n) != (c.block_m as usize, c.block_n as usize) {
+                return Err(format!("override {c:?} ran {p}"));
+            }
+            if !run_and_check(dev, &case, Method::FlashTensorCore)? {
+                return Err(format!("config {c:?} refused"));
+            }
         }
     }
     Ok(())
@@ -232,7 +279,10 @@ fn memory_wall(dev: &Device) -> Result<(), String> {
     }
     // The same shape through the flash kernel needs no such memory.
     let p = dev
-        .plan::<bf16>(&Problem::new(l, l, l, l, [len; 4], &AttentionOptions::default()).map_err(|e| e.to_string())?, &AttentionOptions::default())
+        .plan::<bf16>(
+            &Problem::new(l, l, l, l, [len; 4], &AttentionOptions::default()).map_err(|e| e.to_string())?,
+            &AttentionOptions::default(),
+        )
         .map_err(e2s)?;
     if p.extra_bytes != 0 {
         return Err(format!("flash plan allocates {} extra bytes", p.extra_bytes));
@@ -257,7 +307,8 @@ fn invalid_writes_nothing(dev: &Device) -> Result<(), String> {
         }
         let short = Layout { seqlen: 65, ..l };
         let opts = AttentionOptions { method, ..Default::default() };
-        let r = dev.attention(q.view(l), q.view(short), q.view(short), out.view_mut(l), Some(&mut lse), &opts);
+        let r =
+            dev.attention(q.view(l), q.view(short), q.view(short), out.view_mut(l), Some(&mut lse), &opts);
         if !matches!(r, Err(Error::InvalidInput(InvalidInput::BufferTooSmall { tensor: "k", .. }))) {
             return Err(format!("{method}: expected BufferTooSmall for k, got {r:?}"));
         }
@@ -297,8 +348,9 @@ fn tile_overrides(dev: &Device) -> Result<(), String> {
 fn auto_plan(dev: &Device) -> Result<(), String> {
     let plan_for = |dtype: DType, d: usize| -> Result<Method, String> {
         let l = Layout::bshd(2, 256, 4, d);
-        let problem = Problem::new(l, l, l, l, [l.required_len().unwrap_or(0); 4], &AttentionOptions::default())
-            .map_err(|e| e.to_string())?;
+        let problem =
+            Problem::new(l, l, l, l, [l.required_len().unwrap_or(0); 4], &AttentionOptions::default())
+                .map_err(|e| e.to_string())?;
         let opts = AttentionOptions::default();
         let plan = match dtype {
             DType::F16 => dev.plan::<f16>(&problem, &opts),

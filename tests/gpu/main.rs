@@ -31,7 +31,8 @@ fn main() {
             Err(e.to_string())
         }
     };
-    let tests: Vec<(&'static str, GpuTest)> = runtime::TESTS.iter().chain(attention::TESTS).copied().collect();
+    let tests: Vec<(&'static str, GpuTest)> =
+        runtime::TESTS.iter().chain(attention::TESTS).copied().collect();
     let trials = tests
         .into_iter()
         .map(|(name, body)| match &device {

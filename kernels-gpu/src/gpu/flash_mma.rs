@@ -209,7 +209,9 @@ unsafe fn flash_fwd_mma<
         }
         if VS == 1 {
             // SAFETY: as above.
-            unsafe { load_tile::<BN, D, T>(v_tile(j), p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k) };
+            unsafe {
+                load_tile::<BN, D, T>(v_tile(j), p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k)
+            };
             cp_async::commit();
         }
 
@@ -248,7 +250,16 @@ unsafe fn flash_fwd_mma<
             unsafe {
                 load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, next, seq.len_k);
                 if VS == 2 {
-                    load_tile::<BN, D, T>(v_tile(j + 1), p.v, &seq, &p.v_strides, seq.k_start, kv_h, next, seq.len_k);
+                    load_tile::<BN, D, T>(
+                        v_tile(j + 1),
+                        p.v,
+                        &seq,
+                        &p.v_strides,
+                        seq.k_start,
+                        kv_h,
+                        next,
+                        seq.len_k,
+                    );
                 }
             }
         }
@@ -311,7 +322,12 @@ unsafe fn flash_fwd_mma<
             let mut a = [[0u32; 4]; MI];
             for (mi, am) in a.iter_mut().enumerate() {
                 let (lo, hi) = (&s[mi][2 * ks], &s[mi][2 * ks + 1]);
-                *am = [E::pack(lo[0], lo[1]), E::pack(lo[2], lo[3]), E::pack(hi[0], hi[1]), E::pack(hi[2], hi[3])];
+                *am = [
+                    E::pack(lo[0], lo[1]),
+                    E::pack(lo[2], lo[3]),
+                    E::pack(hi[0], hi[1]),
+                    E::pack(hi[2], hi[3]),
+                ];
             }
             for dp in 0..DT / 2 {
                 // SAFETY: inside the V tile.
@@ -344,7 +360,9 @@ unsafe fn flash_fwd_mma<
             }
             let row = m0 + local;
             if t4 == 0 && p.lse != 0 && row < seq.len_q {
-                let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + row as u64;
+                let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64
+                    + seq.q_start
+                    + row as u64;
                 // SAFETY: inside the log-sum-exp output (host sizing).
                 unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
             }
@@ -402,21 +420,19 @@ macro_rules! mma_kernels {
 // Names and order as `MMA_KERNELS` (checked by a unit test of `config`).
 mma_kernels! {
     flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2 => F16, 0;
-    flash_fwd_mma_f16_d64_m128_n128_w4_b1_v2 => F16, 1;
+    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 1;
     flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2 => F16, 2;
-    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 3;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 4;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 5;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1 => F16, 6;
-    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 7;
-    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 8;
+    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 3;
+    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 4;
+    flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1 => F16, 5;
+    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 6;
+    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 7;
     flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2 => Bf16, 0;
-    flash_fwd_mma_bf16_d64_m128_n128_w4_b1_v2 => Bf16, 1;
+    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 1;
     flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2 => Bf16, 2;
-    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 3;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 4;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 5;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1 => Bf16, 6;
-    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 7;
-    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 8;
+    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 3;
+    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 4;
+    flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1 => Bf16, 5;
+    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 6;
+    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 7;
 }

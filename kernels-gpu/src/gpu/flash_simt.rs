@@ -95,7 +95,19 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
 
     // SAFETY: the tiles fit the launch's shared memory (host sizing).
     unsafe {
-        load_tile::<E, D>(q_tile, pitch_qk, p.q, &seq, &p.q_strides, seq.q_start, h, m0, block_m, seq.len_q, d)
+        load_tile::<E, D>(
+            q_tile,
+            pitch_qk,
+            p.q,
+            &seq,
+            &p.q_strides,
+            seq.q_start,
+            h,
+            m0,
+            block_m,
+            seq.len_q,
+            d,
+        )
     };
 
     let t = m0 + row; // this thread's query
@@ -111,8 +123,32 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
         sync_threads(); // the previous tile is no longer read
         // SAFETY: as above.
         unsafe {
-            load_tile::<E, D>(k_tile, pitch_qk, p.k, &seq, &p.k_strides, seq.k_start, kv_h, n0, p.block_n, seq.len_k, d);
-            load_tile::<E, D>(v_tile, D as u32, p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, p.block_n, seq.len_k, d);
+            load_tile::<E, D>(
+                k_tile,
+                pitch_qk,
+                p.k,
+                &seq,
+                &p.k_strides,
+                seq.k_start,
+                kv_h,
+                n0,
+                p.block_n,
+                seq.len_k,
+                d,
+            );
+            load_tile::<E, D>(
+                v_tile,
+                D as u32,
+                p.v,
+                &seq,
+                &p.v_strides,
+                seq.k_start,
+                kv_h,
+                n0,
+                p.block_n,
+                seq.len_k,
+                d,
+            );
         }
         sync_threads();
         let mut c0 = 0;
@@ -193,7 +229,8 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
             g += 1;
         }
         if sub == 0 && p.lse != 0 {
-            let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + t as u64;
+            let idx =
+                (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + t as u64;
             // SAFETY: inside the log-sum-exp output (host sizing).
             unsafe { store_f32(p.lse + 4 * idx, res.lse) };
         }

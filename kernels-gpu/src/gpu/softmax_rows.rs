@@ -35,7 +35,10 @@ fn block_merge(mut st: OnlineSoftmax, scale_log2: f32, scratch: u32) -> OnlineSo
     for w in 0..WARPS {
         // SAFETY: written above, before the barrier.
         let other = unsafe {
-            OnlineSoftmax { max: shared::load_f32(scratch + 8 * w), sum: shared::load_f32(scratch + 8 * w + 4) }
+            OnlineSoftmax {
+                max: shared::load_f32(scratch + 8 * w),
+                sum: shared::load_f32(scratch + 8 * w + 4),
+            }
         };
         all.merge(other, scale_log2);
     }

@@ -13,7 +13,9 @@ use core::arch::asm;
 pub unsafe fn copy16(dst: u32, src: u64, valid: bool) {
     let n: u32 = if valid { 16 } else { 0 };
     // SAFETY: caller's contract.
-    unsafe { asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) n) };
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) n)
+    };
 }
 
 /// `cp.async.commit_group`: closes the group of copies issued since the last commit.

@@ -41,7 +41,9 @@ impl MmaElement for Bf16 {
     fn pack(lo: f32, hi: f32) -> u32 {
         let r: u32;
         // SAFETY: register conversion; the first source goes to the upper half.
-        unsafe { asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
+        };
         r
     }
 }
@@ -65,7 +67,9 @@ impl MmaElement for F16 {
     fn pack(lo: f32, hi: f32) -> u32 {
         let r: u32;
         // SAFETY: register conversion; the first source goes to the upper half.
-        unsafe { asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
+        };
         r
     }
 }
