@@ -1,0 +1,20 @@
+//! The README's example: attention on the GPU in a dozen lines (needs a GPU).
+
+use flashattn::{AttentionOptions, Device, Layout, bf16};
+
+fn main() -> Result<(), flashattn::Error> {
+    let dev = Device::new(0)?; // Err(Error::NoDriver) without an NVIDIA driver
+    let l = Layout::bshd(2, 4096, 16, 128); // (batch, seqlen, heads, head_dim), any strides
+    let n = l.required_len().unwrap_or(0);
+    let q = dev.upload(&vec![bf16::from_f32(0.5); n])?;
+    let k = dev.upload(&vec![bf16::from_f32(0.1); n])?;
+    let v = dev.upload(&vec![bf16::from_f32(1.0); n])?;
+    let mut out = dev.alloc::<bf16>(n)?;
+    let mut lse = dev.alloc::<f32>(2 * 16 * 4096)?; // per-row log-sum-exp, (batch, heads, seqlen_q)
+    let opts = AttentionOptions { causal: true, ..Default::default() };
+    let plan = dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), Some(&mut lse), &opts)?;
+    println!("{plan}"); // which kernel, tiles, shared memory, grid
+    let o: Vec<bf16> = dev.download(&out)?;
+    println!("o[0] = {}", o[0]);
+    Ok(())
+}
