@@ -71,6 +71,45 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// Draws one labelled line (and, with `dots`, a dot at each point) on a chart.
+fn labelled_line<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    label: String,
+    pts: &[(f64, f64)],
+    c: RGBColor,
+    dots: bool,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    chart
+        .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+    if dots {
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Draws the legend box of a chart at `pos`.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, pos: SeriesLabelPosition) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(err)
+}
+
 /// Writes every plot the data allows into `dir`.
 pub fn write_all(d: &Data, dir: &Path) -> Written {
     let mut w = Written::default();
@@ -176,14 +215,7 @@ fn tflops(d: &Data, dtype: &str, path: &Path) -> Result<bool, String> {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present().map_err(err)?;
     Ok(true)
@@ -261,12 +293,7 @@ fn memory(d: &Data, path: &Path) -> Result<bool, String> {
         .map_err(err)?;
     for (m, pts) in &lines {
         let c = color(m);
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-            .map_err(err)?
-            .label(format!("{m} (plan)"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+        labelled_line(&mut chart, format!("{m} (plan)"), pts, c, true)?;
     }
     for (m, pts) in &measured {
         let c = color(m);
@@ -290,14 +317,7 @@ fn memory(d: &Data, path: &Path) -> Result<bool, String> {
             .label("device memory")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(true)
 }
@@ -360,14 +380,7 @@ fn roofline(d: &Data, path: &Path) -> Result<bool, String> {
             .label(m.to_string())
             .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err)?;
     Ok(true)
 }
@@ -431,14 +444,7 @@ fn error(d: &Data, path: &Path) -> Result<bool, String> {
             _ => Cross::new((x + 9, y), 5, c.stroke_width(2)).into_dyn(),
         });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(true)
 }
@@ -512,14 +518,7 @@ fn tiles(d: &Data, path: &Path) -> Result<bool, String> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err)?;
     Ok(true)
 }
@@ -573,20 +572,9 @@ fn cpu(d: &Data, path: &Path) -> Result<bool, String> {
         .map_err(err)?;
     for (m, pts) in &time {
         let c = color(m);
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-            .map_err(err)?
-            .label(m.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+        labelled_line(&mut chart, m.clone(), pts, c, true)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     let ys = log2_range(model.values().chain(measured.values()).flatten().map(|p| 2f64.powf(p.1)));
     let mut chart = ChartBuilder::on(&areas[1])
         .caption("Extra memory: model (line), measured peak RSS growth (rings)", ("sans-serif", 16))
@@ -607,23 +595,13 @@ fn cpu(d: &Data, path: &Path) -> Result<bool, String> {
         .map_err(err)?;
     for (m, pts) in &model {
         let c = color(m);
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-            .map_err(err)?
-            .label(m.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        labelled_line(&mut chart, m.clone(), pts, c, false)?;
     }
     for (m, pts) in &measured {
         let c = color(m);
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, c.stroke_width(1)))).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(true)
 }

@@ -3,34 +3,35 @@
 use super::arch::thread::{block_dim_x, block_x, grid_dim_x, thread_x};
 use crate::params::{FillParams, FillRowsParams};
 
-/// Writes `p.value as u16` to `p.len` 16-bit words at `p.ptr` (f16/bf16 buffers).
+/// Writes `value` to `len` words at `ptr` (grid-stride loop).
 ///
 /// # Safety
-/// `p.ptr` must be a device address of at least `p.len` writable 16-bit words.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fill_u16(p: FillParams) {
-    let base = p.ptr as *mut u16;
+/// `ptr` must be a device address of at least `len` writable words.
+#[inline(always)]
+unsafe fn fill<W: Copy>(ptr: u64, len: u64, value: W) {
+    let base = ptr as *mut W;
     let stride = (block_dim_x() * grid_dim_x()) as u64;
     let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
-    while i < p.len {
+    while i < len {
         // SAFETY: i < len, inside the buffer by the caller's contract.
-        unsafe { *base.add(i as usize) = p.value as u16 };
+        unsafe { *base.add(i as usize) = value };
         i += stride;
     }
 }
 
-/// Writes `p.value` to `p.len` 32-bit words at `p.ptr` (f32 buffers).
+/// Writes `value` to every element of a strided `(token, head, col)` tensor (grid-stride loop).
 ///
 /// # Safety
-/// `p.ptr` must be a device address of at least `p.len` writable 32-bit words.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn fill_u32(p: FillParams) {
-    let base = p.ptr as *mut u32;
+/// Every addressed element must be a writable word.
+#[inline(always)]
+unsafe fn fill_rows<W: Copy>(p: &FillRowsParams, value: W) {
+    let base = p.ptr as *mut W;
+    let total = p.tokens as u64 * p.heads as u64 * p.cols as u64;
     let stride = (block_dim_x() * grid_dim_x()) as u64;
     let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
-    while i < p.len {
-        // SAFETY: i < len, inside the buffer by the caller's contract.
-        unsafe { *base.add(i as usize) = p.value };
+    while i < total {
+        // SAFETY: inside the tensor by the caller's contract.
+        unsafe { *base.add(row_element(p, i) as usize) = value };
         i += stride;
     }
 }
@@ -44,21 +45,34 @@ fn row_element(p: &FillRowsParams, i: u64) -> u64 {
     token * p.seq_stride + head * p.head_stride + col
 }
 
+/// Writes `p.value as u16` to `p.len` 16-bit words at `p.ptr` (f16/bf16 buffers).
+///
+/// # Safety
+/// `p.ptr` must be a device address of at least `p.len` writable 16-bit words.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fill_u16(p: FillParams) {
+    // SAFETY: forwarded contract.
+    unsafe { fill(p.ptr, p.len, p.value as u16) }
+}
+
+/// Writes `p.value` to `p.len` 32-bit words at `p.ptr` (f32 buffers).
+///
+/// # Safety
+/// `p.ptr` must be a device address of at least `p.len` writable 32-bit words.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fill_u32(p: FillParams) {
+    // SAFETY: forwarded contract.
+    unsafe { fill(p.ptr, p.len, p.value) }
+}
+
 /// Writes `p.value as u16` to every element of a strided `(token, head, col)` tensor.
 ///
 /// # Safety
 /// Every addressed element must be a writable 16-bit word.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fill_rows_u16(p: FillRowsParams) {
-    let base = p.ptr as *mut u16;
-    let total = p.tokens as u64 * p.heads as u64 * p.cols as u64;
-    let stride = (block_dim_x() * grid_dim_x()) as u64;
-    let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
-    while i < total {
-        // SAFETY: inside the tensor by the caller's contract.
-        unsafe { *base.add(row_element(&p, i) as usize) = p.value as u16 };
-        i += stride;
-    }
+    // SAFETY: forwarded contract.
+    unsafe { fill_rows(&p, p.value as u16) }
 }
 
 /// Writes `p.value` to every element of a strided `(token, head, col)` tensor of 32-bit words.
@@ -67,13 +81,6 @@ pub unsafe extern "ptx-kernel" fn fill_rows_u16(p: FillRowsParams) {
 /// Every addressed element must be a writable 32-bit word.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn fill_rows_u32(p: FillRowsParams) {
-    let base = p.ptr as *mut u32;
-    let total = p.tokens as u64 * p.heads as u64 * p.cols as u64;
-    let stride = (block_dim_x() * grid_dim_x()) as u64;
-    let mut i = (block_x() * block_dim_x() + thread_x()) as u64;
-    while i < total {
-        // SAFETY: inside the tensor by the caller's contract.
-        unsafe { *base.add(row_element(&p, i) as usize) = p.value };
-        i += stride;
-    }
+    // SAFETY: forwarded contract.
+    unsafe { fill_rows(&p, p.value) }
 }

@@ -22,54 +22,36 @@ pub struct Bf16;
 /// IEEE half operands.
 pub struct F16;
 
-impl MmaElement for Bf16 {
-    #[inline(always)]
-    fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
-        // SAFETY: register-only warp-wide instruction; all lanes of the warp execute it.
-        unsafe {
-            asm!(
-                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
-                d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
-                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
-                b0 = in(reg32) b0, b1 = in(reg32) b1,
-                options(pure, nomem, nostack),
-            )
-        };
-    }
+/// One `MmaElement` impl: the PTX type name goes into both instructions.
+macro_rules! mma_element {
+    ($ty:ident, $ptx:literal) => {
+        impl MmaElement for $ty {
+            #[inline(always)]
+            fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
+                // SAFETY: register-only warp-wide instruction; all lanes of the warp execute it.
+                unsafe {
+                    asm!(
+                        concat!("mma.sync.aligned.m16n8k16.row.col.f32.", $ptx, ".", $ptx, ".f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};"),
+                        d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
+                        a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                        b0 = in(reg32) b0, b1 = in(reg32) b1,
+                        options(pure, nomem, nostack),
+                    )
+                };
+            }
 
-    #[inline(always)]
-    fn pack(lo: f32, hi: f32) -> u32 {
-        let r: u32;
-        // SAFETY: register conversion; the first source goes to the upper half.
-        unsafe {
-            asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
-        };
-        r
-    }
+            #[inline(always)]
+            fn pack(lo: f32, hi: f32) -> u32 {
+                let r: u32;
+                // SAFETY: register conversion; the first source goes to the upper half.
+                unsafe {
+                    asm!(concat!("cvt.rn.", $ptx, "x2.f32 {r}, {hi}, {lo};"), r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
+                };
+                r
+            }
+        }
+    };
 }
 
-impl MmaElement for F16 {
-    #[inline(always)]
-    fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
-        // SAFETY: as for bf16.
-        unsafe {
-            asm!(
-                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
-                d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
-                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
-                b0 = in(reg32) b0, b1 = in(reg32) b1,
-                options(pure, nomem, nostack),
-            )
-        };
-    }
-
-    #[inline(always)]
-    fn pack(lo: f32, hi: f32) -> u32 {
-        let r: u32;
-        // SAFETY: register conversion; the first source goes to the upper half.
-        unsafe {
-            asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
-        };
-        r
-    }
-}
+mma_element!(Bf16, "bf16");
+mma_element!(F16, "f16");
