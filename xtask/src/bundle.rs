@@ -33,7 +33,9 @@ case "$cmd" in
     status=0
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer --tool $tool"
-      compute-sanitizer --tool "$tool" --error-exitcode 97 "$here/tests/gpu" --test-threads 1 "$@" || status=1
+      # The error-path tests trigger driver errors on purpose (a refused launch, an out-of-memory
+      # allocation), which compute-sanitizer would count as errors: they are skipped here.
+      compute-sanitizer --tool "$tool" --error-exitcode 97 "$here/tests/gpu" --test-threads 1 --skip runtime::error_ "$@" || status=1
     done
     exit $status ;;
   bench)
