@@ -237,14 +237,36 @@ impl Device {
                 config.shared_bytes()
             )));
         }
-        let grid = self.grid(problem, config.block_m as usize, "flash-tc")?;
+        let (m, n) = (config.block_m, config.block_n);
+        self.flash_choice(
+            Method::FlashTensorCore,
+            kernel,
+            problem,
+            (m, n),
+            config.threads(),
+            config.shared_bytes(),
+        )
+    }
+
+    /// The plan of a flash kernel launch: one block per `block_m` query rows of each head and
+    /// sequence, no device memory beyond the varlen offsets.
+    fn flash_choice(
+        &self,
+        method: Method,
+        kernel: Kernel,
+        problem: &Problem,
+        (block_m, block_n): (u32, u32),
+        threads: u32,
+        shared_bytes: u32,
+    ) -> Result<Choice, InvalidInput> {
+        let grid = self.grid(problem, block_m as usize, method.name())?;
         let plan = Plan {
-            method: Method::FlashTensorCore,
+            method,
             kernel: kernel.name(),
-            block_m: config.block_m as usize,
-            block_n: config.block_n as usize,
-            threads: config.threads(),
-            shared_bytes: config.shared_bytes(),
+            block_m: block_m as usize,
+            block_n: block_n as usize,
+            threads,
+            shared_bytes,
             grid,
             extra_bytes: offsets_bytes(problem),
         };
@@ -277,18 +299,8 @@ impl Device {
         let tiles = SimtTiles::choose(problem.q.head_dim, opts.tiles, self.props().max_shared_per_block)?;
         let kernel = Kernel::flash_simt(dtype, tiles.padded_dim)
             .ok_or(InvalidInput::HeadDim { head_dim: problem.q.head_dim })?;
-        let grid = self.grid(problem, tiles.block_m as usize, "flash")?;
-        let plan = Plan {
-            method: Method::Flash,
-            kernel: kernel.name(),
-            block_m: tiles.block_m as usize,
-            block_n: tiles.block_n as usize,
-            threads: tiles.threads(),
-            shared_bytes: tiles.shared_bytes(),
-            grid,
-            extra_bytes: offsets_bytes(problem),
-        };
-        Ok(Choice { plan, kernel: Some(kernel) })
+        let tile = (tiles.block_m, tiles.block_n);
+        self.flash_choice(Method::Flash, kernel, problem, tile, tiles.threads(), tiles.shared_bytes())
     }
 
     /// Attention on the GPU: `out = softmax(scale·Q·Kᵀ [+ mask])·V`, and optionally the per-row

@@ -11,6 +11,8 @@
 
 use flashattn::{Element, Problem};
 
+use crate::case::for_each_row;
+
 /// The oracle's answer for one problem.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reference {
@@ -76,52 +78,46 @@ pub fn attention_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> Refe
     // (key index, scaled score) of the visible keys of one row.
     let mut scores: Vec<(usize, f64)> = Vec::new();
     let mut o_row = vec![0.0f64; d];
-    for i in 0..problem.batch() {
-        let seq = problem.sequence(i);
-        let b = seq.batch_index;
-        for h in 0..problem.q.heads {
-            let kh = h / group;
-            for t in 0..seq.len_q {
-                let qo = problem.q.offset(b, seq.q_start + t, h);
-                let q_row = &q[qo..qo + d];
-                scores.clear();
-                let mut magnitude = 0.0f64;
-                for j in 0..seq.len_k {
-                    if !problem.visible(t, j, seq.len_q, seq.len_k) {
-                        continue;
-                    }
-                    let ko = problem.k.offset(b, seq.k_start + j, kh);
-                    let k_row = &k[ko..ko + d];
-                    scores.push((j, scale * dot_f64(q_row, k_row)));
-                    magnitude = magnitude.max(scale * dot_abs_f64(q_row, k_row));
-                }
-                let row = problem.lse_index(i, h, t);
-                row_magnitude[row] = magnitude;
-                row_keys[row] = scores.len();
-                let oo = problem.o.offset(b, seq.q_start + t, h);
-                if scores.is_empty() {
-                    out[oo..oo + d].fill(0.0);
-                    lse[row] = f64::NEG_INFINITY;
-                    continue;
-                }
-                let max = scores.iter().fold(f64::NEG_INFINITY, |m, &(_, s)| m.max(s));
-                let mut norm = 0.0f64;
-                o_row.fill(0.0);
-                for &(j, s) in &scores {
-                    let w = (s - max).exp();
-                    norm += w;
-                    let vo = problem.v.offset(b, seq.k_start + j, kh);
-                    for (o, &x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
-                        *o += w * x;
-                    }
-                }
-                for (dst, &o) in out[oo..oo + d].iter_mut().zip(&o_row) {
-                    *dst = o / norm;
-                }
-                lse[row] = max + norm.ln();
+    for_each_row(problem, |c, row| {
+        let seq = problem.sequence(c.seq);
+        let (b, t, h, kh) = (c.b, c.t, c.h, c.h / group);
+        let qo = problem.q.offset(b, c.s, h);
+        let q_row = &q[qo..qo + d];
+        scores.clear();
+        let mut magnitude = 0.0f64;
+        for j in 0..seq.len_k {
+            if !problem.visible(t, j, seq.len_q, seq.len_k) {
+                continue;
+            }
+            let ko = problem.k.offset(b, seq.k_start + j, kh);
+            let k_row = &k[ko..ko + d];
+            scores.push((j, scale * dot_f64(q_row, k_row)));
+            magnitude = magnitude.max(scale * dot_abs_f64(q_row, k_row));
+        }
+        row_magnitude[row] = magnitude;
+        row_keys[row] = scores.len();
+        let oo = problem.o.offset(b, c.s, h);
+        if scores.is_empty() {
+            out[oo..oo + d].fill(0.0);
+            lse[row] = f64::NEG_INFINITY;
+            return;
+        }
+        let max = scores.iter().fold(f64::NEG_INFINITY, |m, &(_, s)| m.max(s));
+        let mut norm = 0.0f64;
+        o_row.fill(0.0);
+        for &(j, s) in &scores {
+            let w = (s - max).exp();
+            norm += w;
+            let vo = problem.v.offset(b, seq.k_start + j, kh);
+            for (o, &x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
+                *o += w * x;
             }
         }
-    }
+        for (dst, &o) in out[oo..oo + d].iter_mut().zip(&o_row) {
+            *dst = o / norm;
+        }
+        lse[row] = max + norm.ln();
+    });
     Reference { out, lse, row_magnitude, row_keys }
 }
 
@@ -154,47 +150,42 @@ pub fn baseline<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T]) -> Vec
 
     let mut scores: Vec<(usize, f32)> = Vec::new();
     let mut o_row = vec![0.0f32; d];
-    for i in 0..problem.batch() {
-        let seq = problem.sequence(i);
-        let b = seq.batch_index;
-        for h in 0..problem.q.heads {
-            let kh = h / group;
-            for t in 0..seq.len_q {
-                let qo = problem.q.offset(b, seq.q_start + t, h);
-                let q_row = &q[qo..qo + d];
-                scores.clear();
-                for j in 0..seq.len_k {
-                    if problem.visible(t, j, seq.len_q, seq.len_k) {
-                        let ko = problem.k.offset(b, seq.k_start + j, kh);
-                        let s = round::<T>(dot_f32(q_row, &k[ko..ko + d]));
-                        scores.push((j, scale * s));
-                    }
-                }
-                let oo = problem.o.offset(b, seq.q_start + t, h);
-                if scores.is_empty() {
-                    out[oo..oo + d].fill(T::from_f32(0.0));
-                    continue;
-                }
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &(_, s)| m.max(s));
-                let mut norm = 0.0f32;
-                for (_, s) in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    norm += *s;
-                }
-                o_row.fill(0.0);
-                for &(j, e) in &scores {
-                    let p = round::<T>(e / norm);
-                    let vo = problem.v.offset(b, seq.k_start + j, kh);
-                    for (o, x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
-                        *o += p * x.to_f32();
-                    }
-                }
-                for (dst, &o) in out[oo..oo + d].iter_mut().zip(&o_row) {
-                    *dst = T::from_f32(o);
-                }
+    for_each_row(problem, |c, _| {
+        let seq = problem.sequence(c.seq);
+        let (b, t, h, kh) = (c.b, c.t, c.h, c.h / group);
+        let qo = problem.q.offset(b, c.s, h);
+        let q_row = &q[qo..qo + d];
+        scores.clear();
+        for j in 0..seq.len_k {
+            if problem.visible(t, j, seq.len_q, seq.len_k) {
+                let ko = problem.k.offset(b, seq.k_start + j, kh);
+                let s = round::<T>(dot_f32(q_row, &k[ko..ko + d]));
+                scores.push((j, scale * s));
             }
         }
-    }
+        let oo = problem.o.offset(b, c.s, h);
+        if scores.is_empty() {
+            out[oo..oo + d].fill(T::from_f32(0.0));
+            return;
+        }
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &(_, s)| m.max(s));
+        let mut norm = 0.0f32;
+        for (_, s) in scores.iter_mut() {
+            *s = (*s - max).exp();
+            norm += *s;
+        }
+        o_row.fill(0.0);
+        for &(j, e) in &scores {
+            let p = round::<T>(e / norm);
+            let vo = problem.v.offset(b, seq.k_start + j, kh);
+            for (o, x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
+                *o += p * x.to_f32();
+            }
+        }
+        for (dst, &o) in out[oo..oo + d].iter_mut().zip(&o_row) {
+            *dst = T::from_f32(o);
+        }
+    });
     out
 }
 
