@@ -1,14 +1,13 @@
 //! Times every instantiated tensor-core configuration (`MMA_CONFIGS`) on the headline shapes,
-//! by launching the kernels directly: the measurements behind the default tile choice
-//! (`kernels-gpu/NOTES.md`). Needs a GPU.
+//! through the public API with a tile override per configuration: the measurements behind the
+//! default tile choice (`kernels-gpu/NOTES.md`). Needs a GPU.
 //!
 //! ```text
 //! cargo run --release --example tune
 //! ```
 
-use flashattn::kernels::config::{MMA_CONFIGS, MMA_KERNELS};
-use flashattn::kernels::params::AttnParams;
-use flashattn::{AttentionOptions, Device, GpuTimer, Kernel, LaunchShape, Layout, Problem, bf16};
+use flashattn::kernels::config::MMA_CONFIGS;
+use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Method, Problem, Tiles, bf16};
 use rand::Rng;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,50 +28,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         dev.upload(&data)
                     })
                     .collect::<Result<_, _>>()?;
-                let out = dev.alloc::<bf16>(len)?;
-                let opts = AttentionOptions { causal, ..Default::default() };
-                let problem = Problem::new(l, l, l, l, [len; 4], &opts)?;
+                let mut out = dev.alloc::<bf16>(len)?;
+                let base = AttentionOptions { causal, method: Method::FlashTensorCore, ..Default::default() };
+                let problem = Problem::new(l, l, l, l, [len; 4], &base)?;
                 let mut line = format!("d {d:>3} causal {causal:>5} N {n:>5} B {b:>2} H {h:>2} |");
-                for (i, c) in MMA_CONFIGS.iter().enumerate() {
-                    if c.head_dim as usize != d {
-                        continue;
-                    }
-                    let params = |s: usize| {
-                        let st = [l.batch_stride as u64, l.seq_stride as u64, l.head_stride as u64];
-                        AttnParams {
-                            q: sets[s].device_address(),
-                            k: sets[(s + 1) % 3].device_address(),
-                            v: sets[(s + 2) % 3].device_address(),
-                            o: out.device_address(),
-                            q_strides: st,
-                            k_strides: st,
-                            v_strides: st,
-                            o_strides: st,
-                            seqlen_q: n as u32,
-                            seqlen_k: n as u32,
-                            heads_q: h as u32,
-                            group: 1,
-                            head_dim: d as u32,
-                            scale_log2: problem.scale_log2(),
-                            causal: causal as u32,
-                            block_n: c.block_n,
-                            lse_seq_stride: n as u32,
-                            ..Default::default()
-                        }
-                    };
-                    let kernel = Kernel::FlashMma { bf16: true, config: i as u8 };
-                    let shape = LaunchShape {
-                        grid: (n.div_ceil(c.block_m as usize) as u32, h as u32, b as u32),
-                        block: (c.threads(), 1, 1),
-                        shared_bytes: c.shared_bytes(),
-                    };
+                for c in MMA_CONFIGS.iter().filter(|c| c.head_dim as usize == d) {
+                    let tiles = Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
+                    let opts = AttentionOptions { tiles, ..base.clone() };
                     let timer = GpuTimer::new(&dev)?;
                     let mut times = Vec::new();
                     for rep in 0..23 {
-                        let p = params(rep % 3);
+                        let s = rep % 3;
+                        let (q, k, v) = (&sets[s], &sets[(s + 1) % 3], &sets[(s + 2) % 3]);
                         timer.start(&dev)?;
-                        // SAFETY: the parameters describe the buffers above (BSHD, contiguous).
-                        unsafe { dev.launch(kernel, shape, &p)? };
+                        dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), None, &opts)?;
                         timer.stop(&dev)?;
                         if rep >= 3 {
                             times.push(timer.elapsed_ms()?);
@@ -80,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     times.sort_by(f32::total_cmp);
                     let ms = times[times.len() / 2] as f64;
-                    let name = MMA_KERNELS[1][i].trim_start_matches("flash_fwd_mma_bf16_");
+                    let name = format!("m{}n{}w{}v{}", c.block_m, c.block_n, c.warps, c.v_stages);
                     line += &format!(" {name} {:.1}", problem.flops() / (ms * 1e-3) / 1e12);
                 }
                 println!("{line}");

@@ -5,6 +5,7 @@ use flashattn_kernels::softmax::OnlineSoftmax;
 
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
+use crate::plan::TileError;
 use crate::problem::{AttentionOptions, Layout, Problem, Tiles};
 
 /// A read-only tensor in host memory.
@@ -25,22 +26,17 @@ pub struct HostTensorMut<'a, T> {
     pub layout: Layout,
 }
 
-/// Query rows per tile when `opts.tiles.block_m` is `None`.
-pub const DEFAULT_BLOCK_M: usize = 64;
+/// Query rows per tile when `opts.tiles.block_m` is `None` (the kernel crate's config table).
+pub const DEFAULT_BLOCK_M: usize = flashattn_kernels::config::CPU_TILES.0;
 /// Keys per tile when `opts.tiles.block_n` is `None`.
-pub const DEFAULT_BLOCK_N: usize = 64;
+pub const DEFAULT_BLOCK_N: usize = flashattn_kernels::config::CPU_TILES.1;
 
 /// The tile sizes a call runs with: the override, or the defaults. Both must be at least 1;
 /// there is no upper limit (a tile larger than a sequence covers it whole).
 pub fn tiles(opts: &AttentionOptions) -> Result<(usize, usize), InvalidInput> {
     let Tiles { block_m, block_n } = opts.tiles;
     if block_m == Some(0) || block_n == Some(0) {
-        return Err(InvalidInput::Tiles {
-            method: "cpu",
-            block_m,
-            block_n,
-            why: "the CPU implementation needs block_m ≥ 1 and block_n ≥ 1".into(),
-        });
+        return Err(InvalidInput::Tiles { method: opts.method, block_m, block_n, reason: TileError::Zero });
     }
     Ok((block_m.unwrap_or(DEFAULT_BLOCK_M), block_n.unwrap_or(DEFAULT_BLOCK_N)))
 }
@@ -56,6 +52,11 @@ pub fn tiles(opts: &AttentionOptions) -> Result<(usize, usize), InvalidInput> {
 /// V added; no row of scores longer than `block_n` exists at any time. Under causal masking, key
 /// tiles that no query of the tile sees are skipped. The log-sum-exp, if asked for, is written as
 /// [`Problem::lse_index`] says.
+///
+/// Like the GPU kernels, every row of a query tile accumulates every key of each key tile the
+/// query tile visits (a key the row may not see with probability 0). For finite inputs that
+/// changes nothing; it makes non-finite values in V reach exactly the rows they reach on the GPU
+/// when the tiles are the GPU plan's (see the README's non-finite inputs).
 ///
 /// Every check happens before anything is written: on error `out` and `lse` are untouched.
 pub fn attention<T: Element>(
@@ -107,12 +108,10 @@ struct Tiled {
 impl Tiled {
     fn new(problem: &Problem, block_m: usize, block_n: usize) -> Tiled {
         // A tile never needs more rows than the longest sequence has.
-        let (max_q, max_k) = (0..problem.batch())
-            .map(|i| problem.sequence(i))
-            .fold((0, 0), |(a, b), s| (a.max(s.len_q), b.max(s.len_k)));
+        let (max_q, max_k) = problem.max_lens();
         let block_m = block_m.min(max_q.max(1));
         let block_n = block_n.min(max_k.max(1));
-        let d = problem.q.head_dim;
+        let d = problem.head_dim();
         Tiled {
             block_m,
             block_n,
@@ -141,44 +140,34 @@ impl Tiled {
         for i in 0..p.batch() {
             let seq = p.sequence(i);
             let b = seq.batch_index;
-            // Keys query `t` sees: `0..visible_end(t)` (bottom-right aligned causal mask).
-            let visible_end = |t: usize| {
-                if p.causal {
-                    (t + 1 + seq.len_k).saturating_sub(seq.len_q).min(seq.len_k)
-                } else {
-                    seq.len_k
-                }
-            };
-            for h in 0..p.q.heads {
+            for h in 0..p.q().heads {
                 let kh = h / group;
                 for t0 in (0..seq.len_q).step_by(bm) {
                     let rows = bm.min(seq.len_q - t0);
                     for r in 0..rows {
-                        load(&mut self.q[r * d..(r + 1) * d], q, p.q.offset(b, seq.q_start + t0 + r, h));
+                        load(&mut self.q[r * d..(r + 1) * d], q, p.q().offset(b, seq.q_start + t0 + r, h));
                     }
                     self.acc[..rows * d].fill(0.0);
                     self.state[..rows].fill(OnlineSoftmax::new());
 
-                    // Key tiles beyond what the tile's last query sees are skipped.
-                    let key_end = visible_end(t0 + rows - 1);
+                    // Key tiles beyond what the tile's last query sees are skipped; the tiles
+                    // visited are whole (up to the end of the keys).
+                    let key_end = p.key_end(t0 + rows - 1, seq.len_q, seq.len_k);
                     for j0 in (0..key_end).step_by(bn) {
-                        let cols = bn.min(key_end - j0);
+                        let cols = bn.min(seq.len_k - j0);
                         for c in 0..cols {
                             let j = seq.k_start + j0 + c;
-                            load(&mut self.k[c * d..(c + 1) * d], k, p.k.offset(b, j, kh));
-                            load(&mut self.v[c * d..(c + 1) * d], v, p.v.offset(b, j, kh));
+                            load(&mut self.k[c * d..(c + 1) * d], k, p.k().offset(b, j, kh));
+                            load(&mut self.v[c * d..(c + 1) * d], v, p.v().offset(b, j, kh));
                         }
                         for r in 0..rows {
-                            // Keys of this tile that row `r` sees (masked keys contribute 0).
-                            let seen = visible_end(t0 + r).saturating_sub(j0).min(cols);
-                            if seen == 0 {
-                                continue;
-                            }
+                            // Keys of this tile that row `r` sees; the rest score -inf.
+                            let seen = p.key_end(t0 + r, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
                             let q_row = &self.q[r * d..(r + 1) * d];
-                            let s = &mut self.s[..seen];
+                            let s = &mut self.s[..cols];
                             let mut block_max = f32::NEG_INFINITY;
                             for (c, sc) in s.iter_mut().enumerate() {
-                                *sc = dot(q_row, &self.k[c * d..(c + 1) * d]);
+                                *sc = if c < seen { dot(q_row, &self.k[c * d..(c + 1) * d]) } else { f32::NEG_INFINITY };
                                 block_max = block_max.max(*sc);
                             }
                             let step = self.state[r].step(block_max, scale_log2);
@@ -188,7 +177,7 @@ impl Tiled {
                             }
                             let mut block_sum = 0.0f32;
                             for (c, &sc) in s.iter().enumerate() {
-                                let prob = step.prob(sc, scale_log2);
+                                let prob = step.prob_any(sc, scale_log2);
                                 block_sum += prob;
                                 for (a, &x) in acc.iter_mut().zip(&self.v[c * d..(c + 1) * d]) {
                                     *a += prob * x;
@@ -201,7 +190,7 @@ impl Tiled {
                     for r in 0..rows {
                         let t = t0 + r;
                         let fin = self.state[r].finish(scale_log2);
-                        let o = p.o.offset(b, seq.q_start + t, h);
+                        let o = p.o().offset(b, seq.q_start + t, h);
                         for (dst, &a) in out[o..o + d].iter_mut().zip(&self.acc[r * d..(r + 1) * d]) {
                             *dst = T::from_f32(a * fin.inv_sum);
                         }

@@ -9,9 +9,11 @@ use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut, DriverError, result};
 use flashattn_kernels::params::{FILL_THREADS, FillParams};
 
+use flashattn_kernels::registry::{Family, Target};
+
 use crate::buffer::{DeviceBuffer, Element};
 use crate::error::{DriverContext, Error, Result};
-use crate::ptx::{Kernel, Module, PtxTarget};
+use crate::registry::{KernelId, Module};
 
 /// What tile sizing and reports need to know about a device, read once at [`Device::new`].
 #[derive(Clone, Debug, PartialEq)]
@@ -61,7 +63,7 @@ impl std::fmt::Display for DeviceProps {
 
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchShape {
+pub(crate) struct LaunchShape {
     /// Blocks in the grid (x, y, z).
     pub grid: (u32, u32, u32),
     /// Threads per block (x, y, z).
@@ -70,13 +72,18 @@ pub struct LaunchShape {
     pub shared_bytes: u32,
 }
 
-/// One CUDA device with the library's kernels loaded and one stream on which all work runs.
+/// One CUDA device, the library's kernels (loaded on first use) and one stream on which all its
+/// work runs.
 ///
-/// Everything is ordered on that stream; methods that return host data synchronize it.
+/// Everything is ordered on that stream; methods that return host data synchronize it. Buffers
+/// belong to the `Device` that made them: passing one to another `Device` (another GPU, or a
+/// second `Device` of the same GPU, whose stream is not ordered with this one's) is
+/// [`Error::WrongDevice`].
 pub struct Device {
     // Field order is drop order: cuBLAS, the module and the stream go before the context.
     blas: OnceLock<CudaBlas>,
-    module: Module,
+    module: OnceLock<Module>,
+    target: Target,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     props: DeviceProps,
@@ -127,7 +134,7 @@ impl Device {
         let name = ctx.name().context("reading the device name")?;
         let major = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let Some(target) = PtxTarget::for_compute_capability(major, minor) else {
+        let Some(target) = Target::for_compute_capability(major, minor) else {
             return Err(Error::UnsupportedDevice { ordinal, name, major, minor });
         };
         let mut driver_version = 0;
@@ -148,9 +155,32 @@ impl Device {
             ptx_target: target.name(),
         };
         let stream = ctx.new_stream().context("creating a stream")?;
-        let module = Module::load(target)?;
-        let raised_shared = Kernel::all().map(|_| AtomicU32::new(0)).collect();
-        Ok(Device { blas: OnceLock::new(), module, stream, ctx, props, raised_shared })
+        let raised_shared =
+            flashattn_kernels::registry::KERNELS.iter().map(|_| AtomicU32::new(0)).collect();
+        Ok(Device { blas: OnceLock::new(), module: OnceLock::new(), target, stream, ctx, props, raised_shared })
+    }
+
+    /// The loaded module, loading (JIT-compiling) this device's PTX on first use.
+    fn module(&self) -> Result<&Module> {
+        if let Some(m) = self.module.get() {
+            return Ok(m);
+        }
+        self.bind()?;
+        let loaded = Module::load(self.target)?;
+        // Another thread may have loaded it meanwhile: keep one, unload the other.
+        Ok(self.module.get_or_init(|| loaded))
+    }
+
+    /// Whether `buf` was made by this `Device` (on its stream); [`Error::WrongDevice`] if not.
+    pub(crate) fn owns<T>(&self, what: &'static str, buf: &DeviceBuffer<T>) -> Result<()> {
+        if Arc::ptr_eq(buf.slice.stream(), &self.stream) {
+            return Ok(());
+        }
+        Err(Error::WrongDevice {
+            what,
+            buffer_device: buf.slice.stream().context().ordinal(),
+            device: self.props.ordinal,
+        })
     }
 
     /// The device's properties.
@@ -282,6 +312,7 @@ impl Device {
 
     /// Copies a host slice into an existing buffer of the same length.
     pub fn copy_to_device<T: Element>(&self, host: &[T], dst: &mut DeviceBuffer<T>) -> Result<()> {
+        self.owns("the destination buffer", dst)?;
         if host.len() != dst.len() {
             return Err(Error::LengthMismatch {
                 what: "copy to device",
@@ -305,6 +336,7 @@ impl Device {
 
     /// Copies a device buffer into a host slice of the same length (waits for queued work first).
     pub fn copy_to_host<T: Element>(&self, src: &DeviceBuffer<T>, host: &mut [T]) -> Result<()> {
+        self.owns("the source buffer", src)?;
         if host.len() != src.len() {
             return Err(Error::LengthMismatch { what: "copy to host", host: host.len(), device: src.len() });
         }
@@ -323,17 +355,23 @@ impl Device {
 
     /// Writes one bit pattern (the low 16 bits for 16-bit types) to every element.
     pub fn fill_bits<T: Element>(&self, buf: &mut DeviceBuffer<T>, bits: u32) -> Result<()> {
+        self.owns("the buffer to fill", buf)?;
         if buf.is_empty() {
             return Ok(());
         }
         let len = buf.len() as u64;
         let (ptr, _sync) = buf.slice.device_ptr_mut(&self.stream);
         let params = FillParams { ptr, len, value: bits, _pad: 0 };
-        let kernel = if size_of::<T>() == 2 { Kernel::FillU16 } else { Kernel::FillU32 };
+        let kernel = self.fill_kernel(Family::Fill(size_of::<T>() as u32))?;
         let blocks = len.div_ceil(FILL_THREADS as u64).min(self.props.sm_count as u64 * 8) as u32;
         let shape = LaunchShape { grid: (blocks, 1, 1), block: (FILL_THREADS, 1, 1), shared_bytes: 0 };
         // SAFETY: `params` is the kernel's parameter struct; ptr/len describe `buf`.
         unsafe { self.launch(kernel, shape, &params) }
+    }
+
+    /// The registry's kernel of a fixed family (fills, softmax): always instantiated.
+    pub(crate) fn fill_kernel(&self, family: Family) -> Result<KernelId> {
+        KernelId::of(family).ok_or(Error::MissingKernel { kernel: "fill", target: self.target.name() })
     }
 
     /// Launches `kernel` on this device's stream with `params` as its single by-value parameter.
@@ -346,9 +384,9 @@ impl Device {
     /// # Safety
     /// `P` must be the `#[repr(C)]` parameter struct that `kernel` takes, and every device
     /// address in it must be valid for the accesses the kernel makes with this shape.
-    pub unsafe fn launch<P: Copy>(&self, kernel: Kernel, shape: LaunchShape, params: &P) -> Result<()> {
+    pub(crate) unsafe fn launch<P: Copy>(&self, kernel: KernelId, shape: LaunchShape, params: &P) -> Result<()> {
         self.bind()?;
-        let f = self.module.function(kernel);
+        let f = self.module()?.function(kernel)?.0;
         let name = kernel.name();
         let mut static_shared = 0;
         // SAFETY: valid function handle and out-pointer.

@@ -2,11 +2,17 @@
 
 use cudarc::driver::DriverError;
 
+use crate::plan::{Reason, TileError};
+use crate::problem::Method;
+
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong, each with a message a user can act on.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display` (after the variant's name), so that
+/// `fn main() -> Result<(), flashattn::Error>` shows what to do, not only which error it was.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
@@ -143,6 +149,22 @@ pub enum Error {
         device: usize,
     },
 
+    /// A buffer made by another [`crate::Device`] (another GPU, or another `Device` of the same
+    /// GPU, whose stream is not ordered with this one's) was passed to this one.
+    #[error(
+        "{what} was allocated by another Device (device {buffer_device}), not this one (device \
+         {device}): each Device orders its work on its own stream, so buffers must be used with the \
+         Device that made them; copy the data over, or use one Device per GPU"
+    )]
+    WrongDevice {
+        /// Which buffer.
+        what: &'static str,
+        /// The ordinal of the device the buffer belongs to.
+        buffer_device: usize,
+        /// This device's ordinal.
+        device: usize,
+    },
+
     /// Any other driver call that failed.
     #[error("CUDA driver call failed while {context}: {source}")]
     Driver {
@@ -152,6 +174,28 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let variant = match self {
+            Error::NoDriver => "NoDriver",
+            Error::NoDevice { .. } => "NoDevice",
+            Error::UnsupportedDevice { .. } => "UnsupportedDevice",
+            Error::OutOfMemory { .. } => "OutOfMemory",
+            Error::SharedMemoryExceeded { .. } => "SharedMemoryExceeded",
+            Error::Launch { .. } => "Launch",
+            Error::ModuleLoad { .. } => "ModuleLoad",
+            Error::MissingKernel { .. } => "MissingKernel",
+            Error::InvalidInput(i) => return write!(f, "InvalidInput({i:?}): {self}"),
+            Error::BlasMissing => "BlasMissing",
+            Error::Blas { .. } => "Blas",
+            Error::LengthMismatch { .. } => "LengthMismatch",
+            Error::WrongDevice { .. } => "WrongDevice",
+            Error::Driver { .. } => "Driver",
+        };
+        write!(f, "{variant}: {self}")
+    }
 }
 
 /// Attaches a context string to a driver error.
@@ -213,7 +257,7 @@ pub enum InvalidInput {
         tensor: &'static str,
     },
     /// The softmax scale is not a positive finite number.
-    #[error("softmax scale is {scale}; it must be finite and positive")]
+    #[error("softmax scale is {scale}; it must be positive, with scale·log2(e) finite (at most about 2.3e38)")]
     Scale {
         /// The value given.
         scale: f32,
@@ -264,26 +308,55 @@ pub enum InvalidInput {
         /// Elements given.
         len: usize,
     },
-    /// A tile-size override the chosen kernel cannot run.
+    /// A tile-size override the chosen method cannot run.
     #[error(
-        "tile override block_m={block_m:?}, block_n={block_n:?} is not valid for the {method} kernel: {why}"
+        "tile override block_m={block_m:?}, block_n={block_n:?} is not valid for the {method} method: {reason}"
     )]
     Tiles {
-        /// Kernel family.
-        method: &'static str,
+        /// The method (`Auto` resolves to the one that was tried last).
+        method: Method,
         /// block_m asked for.
         block_m: Option<usize>,
         /// block_n asked for.
         block_n: Option<usize>,
-        /// What is allowed.
-        why: String,
+        /// What is wrong.
+        reason: TileError,
     },
-    /// The method cannot run this problem (e.g. the tensor-core kernel with f32 or an untuned head dim).
-    #[error("method {method} does not support {why}")]
+    /// The method cannot run this problem (e.g. the tensor-core kernel with f32).
+    #[error("method {method} does not support {reason}")]
     Unsupported {
         /// The method asked for.
-        method: &'static str,
-        /// What it lacks.
-        why: String,
+        method: Method,
+        /// Why not.
+        reason: Reason,
+    },
+    /// A cumulative sequence offset does not fit in `u32`.
+    #[error("the {tensor} lengths overflow u32 at sequence {index}: split the batch")]
+    VarLenOverflow {
+        /// q or k.
+        tensor: &'static str,
+        /// The sequence at which the sum overflowed.
+        index: usize,
+    },
+    /// More tokens than the kernels count (they count in 32 bits).
+    #[error("{tensor} has {tokens} tokens; at most {limit} are supported")]
+    TooManyTokens {
+        /// Which tensor.
+        tensor: &'static str,
+        /// Its tokens.
+        tokens: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The output's layout maps two different elements to the same address.
+    #[error(
+        "o's strides {strides:?} (batch, seq, head) with head dim {head_dim} make different output \
+         elements overlap: give every output element its own place"
+    )]
+    OverlappingOutput {
+        /// O's (batch, seq, head) strides.
+        strides: [usize; 3],
+        /// The head dimension.
+        head_dim: usize,
     },
 }

@@ -20,18 +20,46 @@ pub mod cpu;
 mod device;
 mod error;
 pub mod explain;
+pub mod plan;
 mod problem;
-mod ptx;
+mod registry;
 mod standard;
 mod timing;
 
-pub use attention::{DeviceTensor, DeviceTensorMut, Plan};
+pub use attention::{DeviceTensor, DeviceTensorMut};
 pub use buffer::{DType, DeviceBuffer, Element};
-pub use device::{Device, DeviceProps, LaunchShape};
+pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result};
-pub use problem::{AttentionOptions, Layout, MAX_HEAD_DIM, Method, Problem, Sequence, Tiles, VarLen};
-pub use ptx::Kernel;
+pub use plan::{Launch, LaunchKind, NotTaken, Plan, Reason, TileError, plan};
+pub use problem::{AttentionOptions, Layout, MAX_HEAD_DIM, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen};
 pub use timing::GpuTimer;
+
+/// Hooks for the project's own GPU test suite (raw launches that trigger driver errors on
+/// purpose). Not part of the API: only with the `internals` feature, and unstable.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    use crate::device::LaunchShape;
+    use crate::{Device, DeviceBuffer, Result};
+    use flashattn_kernels::params::FillParams;
+    use flashattn_kernels::registry::Family;
+
+    /// Launches the `fill_u32` kernel over `buf` with a caller-chosen shape (to provoke refused
+    /// launches and shared-memory errors).
+    pub fn launch_fill_u32(
+        dev: &Device,
+        buf: &mut DeviceBuffer<f32>,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+    ) -> Result<()> {
+        dev.owns("buf", buf)?;
+        let params = FillParams { ptr: buf.device_address(), len: buf.len() as u64, value: 0x7fc0_0000, _pad: 0 };
+        let kernel = dev.fill_kernel(Family::Fill(4))?;
+        // SAFETY: the params describe `buf`, which the kernel bounds-checks by `len`.
+        unsafe { dev.launch(kernel, LaunchShape { grid, block, shared_bytes }, &params) }
+    }
+}
 
 /// The kernel crate: its `#[repr(C)]` launch parameters and the online-softmax recurrence.
 pub use flashattn_kernels as kernels;

@@ -2,6 +2,7 @@
 //! options, and the validation that every path (CPU, GPU flash, GPU standard) shares.
 
 use crate::error::InvalidInput;
+pub use flashattn_kernels::params::MAX_TOKENS;
 
 /// Largest supported head dimension.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -12,6 +13,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 /// order is free: [`Layout::bshd`] is `(batch, seqlen, heads, head_dim)` in memory (the
 /// FlashAttention convention), [`Layout::bhsd`] is `(batch, heads, seqlen, head_dim)` in memory
 /// (PyTorch's `scaled_dot_product_attention` convention): both work without a copy.
+///
+/// The constructors never wrap: a stride whose product overflows `usize` saturates, and
+/// [`Layout::required_len`] (which every call checks) then reports the overflow as
+/// [`InvalidInput::LayoutOverflow`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     /// Batch entries (1 for packed variable-length input).
@@ -38,8 +43,8 @@ impl Layout {
             seqlen,
             heads,
             head_dim,
-            batch_stride: seqlen * heads * head_dim,
-            seq_stride: heads * head_dim,
+            batch_stride: seqlen.saturating_mul(heads).saturating_mul(head_dim),
+            seq_stride: heads.saturating_mul(head_dim),
             head_stride: head_dim,
         }
     }
@@ -52,9 +57,9 @@ impl Layout {
             seqlen,
             heads,
             head_dim,
-            batch_stride: heads * seqlen * head_dim,
+            batch_stride: heads.saturating_mul(seqlen).saturating_mul(head_dim),
             seq_stride: head_dim,
-            head_stride: seqlen * head_dim,
+            head_stride: seqlen.saturating_mul(head_dim),
         }
     }
 
@@ -63,7 +68,8 @@ impl Layout {
         Layout::bshd(1, total_tokens, heads, head_dim)
     }
 
-    /// Element offset of `(b, s, h, 0)`.
+    /// Element offset of `(b, s, h, 0)`, for coordinates inside a layout that
+    /// [`Layout::required_len`] accepted (then it cannot overflow).
     #[inline]
     pub const fn offset(&self, b: usize, s: usize, h: usize) -> usize {
         b * self.batch_stride + s * self.seq_stride + h * self.head_stride
@@ -84,7 +90,39 @@ impl Layout {
     /// Whether the `(batch, heads)` pairs are one uniform stride apart (`batch_stride ==
     /// heads·head_stride`), so that one strided-batched GEMM covers them.
     pub const fn heads_uniform_across_batch(&self) -> bool {
-        self.batch <= 1 || self.batch_stride == self.heads * self.head_stride
+        self.batch <= 1 || self.batch_stride == self.heads.saturating_mul(self.head_stride)
+    }
+
+    /// The (extent, stride) pairs of the three outer dimensions, leaving out dimensions of extent
+    /// 1, whose stride never moves an address (and so must not be held to any rule).
+    pub fn moving_strides(&self) -> impl Iterator<Item = (usize, usize)> {
+        [(self.batch, self.batch_stride), (self.seqlen, self.seq_stride), (self.heads, self.head_stride)]
+            .into_iter()
+            .filter(|&(n, _)| n > 1)
+    }
+
+    /// Whether two different `(batch, token, head, element)` coordinates can address the same
+    /// element. Checked by sorting the moving dimensions by stride: each stride must step past
+    /// everything the smaller ones span (the head dimension spans `head_dim` elements). This is
+    /// sufficient for distinct addresses; layouts that interleave dimensions in stranger ways
+    /// are refused too.
+    pub fn overlaps(&self) -> bool {
+        if self.required_len() == Some(0) {
+            return false;
+        }
+        let mut dims: Vec<(usize, usize)> = self.moving_strides().collect();
+        dims.sort_by_key(|&(_, stride)| stride);
+        let mut span = self.head_dim;
+        for (n, stride) in dims {
+            if stride < span {
+                return true;
+            }
+            span = match (n - 1).checked_mul(stride).and_then(|x| x.checked_add(span)) {
+                Some(s) => s,
+                None => return true,
+            };
+        }
+        false
     }
 }
 
@@ -99,19 +137,20 @@ pub struct VarLen {
 }
 
 impl VarLen {
-    /// From per-sequence lengths.
-    pub fn from_lengths(q_lens: &[u32], k_lens: &[u32]) -> VarLen {
-        let cum = |lens: &[u32]| {
+    /// From per-sequence lengths; [`InvalidInput::VarLenOverflow`] when a cumulative offset
+    /// does not fit in `u32`.
+    pub fn from_lengths(q_lens: &[u32], k_lens: &[u32]) -> Result<VarLen, InvalidInput> {
+        let cum = |tensor: &'static str, lens: &[u32]| {
             let mut v = Vec::with_capacity(lens.len() + 1);
             v.push(0u32);
             let mut acc = 0u32;
-            for &l in lens {
-                acc = acc.saturating_add(l);
+            for (index, &l) in lens.iter().enumerate() {
+                acc = acc.checked_add(l).ok_or(InvalidInput::VarLenOverflow { tensor, index })?;
                 v.push(acc);
             }
-            v
+            Ok(v)
         };
-        VarLen { cu_seqlens_q: cum(q_lens), cu_seqlens_k: cum(k_lens) }
+        Ok(VarLen { cu_seqlens_q: cum("q", q_lens)?, cu_seqlens_k: cum("k", k_lens)? })
     }
 
     /// Number of sequences.
@@ -119,16 +158,14 @@ impl VarLen {
         self.cu_seqlens_q.len().saturating_sub(1)
     }
 
-    /// Query and key length of sequence `i`.
+    /// Query and key length of sequence `i` (0 for an index past the end or decreasing
+    /// offsets, which validation refuses).
     pub fn lens(&self, i: usize) -> (usize, usize) {
-        let q = (self.cu_seqlens_q[i + 1] - self.cu_seqlens_q[i]) as usize;
-        let k = (self.cu_seqlens_k[i + 1] - self.cu_seqlens_k[i]) as usize;
-        (q, k)
-    }
-
-    /// Longest query and key sequence.
-    pub fn max_lens(&self) -> (usize, usize) {
-        (0..self.batch()).map(|i| self.lens(i)).fold((0, 0), |(a, b), (q, k)| (a.max(q), b.max(k)))
+        let len = |c: &[u32]| match (c.get(i), c.get(i + 1)) {
+            (Some(&a), Some(&b)) => b.saturating_sub(a) as usize,
+            _ => 0,
+        };
+        (len(&self.cu_seqlens_q), len(&self.cu_seqlens_k))
     }
 }
 
@@ -205,27 +242,26 @@ pub struct AttentionOptions {
 }
 
 /// A validated attention problem: shapes, strides and options that every path agrees on.
+///
+/// Made only by [`Problem::new`], which checks everything; its fields are read through
+/// accessors, so a problem cannot be changed after validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Problem {
-    /// Q layout.
-    pub q: Layout,
-    /// K layout.
-    pub k: Layout,
-    /// V layout.
-    pub v: Layout,
-    /// O layout (same shape as Q).
-    pub o: Layout,
-    /// Softmax scale actually used.
-    pub scale: f32,
-    /// Causal masking (bottom-right aligned).
-    pub causal: bool,
-    /// Packed variable-length sequences, if any.
-    pub varlen: Option<VarLen>,
+    q: Layout,
+    k: Layout,
+    v: Layout,
+    o: Layout,
+    scale: f32,
+    causal: bool,
+    varlen: Option<VarLen>,
 }
 
 impl Problem {
     /// Checks shapes, strides and options against each other. `len` are the element counts of
     /// the Q, K, V and O buffers. Nothing is run or written.
+    ///
+    /// An empty problem (no sequence, no query head or no query token) is valid: every path runs
+    /// nothing for it. K/V with no head while Q has heads is refused.
     pub fn new(
         q: Layout,
         k: Layout,
@@ -284,23 +320,79 @@ impl Problem {
                 actual: v.heads,
             });
         }
-        if k.heads == 0 || q.heads % k.heads != 0 {
+        let groups_ok = if k.heads == 0 { q.heads == 0 } else { q.heads % k.heads == 0 };
+        if !groups_ok {
             return Err(InvalidInput::HeadGroups { q_heads: q.heads, kv_heads: k.heads });
         }
         for ((name, l), have) in [("q", &q), ("k", &k), ("v", &v), ("o", &o)].into_iter().zip(len) {
+            if l.seqlen > MAX_TOKENS {
+                return Err(InvalidInput::TooManyTokens { tensor: name, tokens: l.seqlen, limit: MAX_TOKENS });
+            }
             let need = l.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
             if need > have {
                 return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len: have });
             }
         }
+        if o.overlaps() {
+            return Err(InvalidInput::OverlappingOutput {
+                strides: [o.batch_stride, o.seq_stride, o.head_stride],
+                head_dim: o.head_dim,
+            });
+        }
         let scale = opts.scale.unwrap_or(1.0 / (d as f32).sqrt());
-        if !scale.is_finite() || scale <= 0.0 {
+        // The kernels work with `scale·log2(e)`: it must be finite too (scales up to ~2.3e38).
+        if !scale.is_finite() || scale <= 0.0 || !(scale * flashattn_kernels::math::LOG2_E).is_finite() {
             return Err(InvalidInput::Scale { scale });
         }
         if let Some(vl) = &opts.varlen {
             validate_varlen(vl, &q, &k)?;
         }
+        // The log-sum-exp output's length must be a number.
+        q.batch
+            .checked_mul(q.heads)
+            .and_then(|x| x.checked_mul(q.seqlen))
+            .ok_or(InvalidInput::LayoutOverflow { tensor: "lse" })?;
         Ok(Problem { q, k, v, o, scale, causal: opts.causal, varlen: opts.varlen.clone() })
+    }
+
+    /// Q's layout.
+    pub fn q(&self) -> &Layout {
+        &self.q
+    }
+
+    /// K's layout.
+    pub fn k(&self) -> &Layout {
+        &self.k
+    }
+
+    /// V's layout.
+    pub fn v(&self) -> &Layout {
+        &self.v
+    }
+
+    /// O's layout (the shape of Q).
+    pub fn o(&self) -> &Layout {
+        &self.o
+    }
+
+    /// The softmax scale actually used.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Causal masking (bottom-right aligned).
+    pub fn causal(&self) -> bool {
+        self.causal
+    }
+
+    /// Packed variable-length sequences, if any.
+    pub fn varlen(&self) -> Option<&VarLen> {
+        self.varlen.as_ref()
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.q.head_dim
     }
 
     /// `scale·log2(e)`: the factor the kernels apply to raw scores before `exp2`.
@@ -313,6 +405,11 @@ impl Problem {
         self.varlen.as_ref().map_or(self.q.batch, VarLen::batch)
     }
 
+    /// Whether there is nothing to compute: no sequence, no query head, or no query token.
+    pub fn is_empty(&self) -> bool {
+        self.batch() == 0 || self.q.heads == 0 || self.max_lens().0 == 0
+    }
+
     /// Query and key length of sequence `i`, and its first query and key token.
     pub fn sequence(&self, i: usize) -> Sequence {
         match &self.varlen {
@@ -320,8 +417,8 @@ impl Problem {
                 let (len_q, len_k) = vl.lens(i);
                 Sequence {
                     batch_index: 0,
-                    q_start: vl.cu_seqlens_q[i] as usize,
-                    k_start: vl.cu_seqlens_k[i] as usize,
+                    q_start: vl.cu_seqlens_q.get(i).map_or(0, |&x| x as usize),
+                    k_start: vl.cu_seqlens_k.get(i).map_or(0, |&x| x as usize),
                     len_q,
                     len_k,
                 }
@@ -336,41 +433,66 @@ impl Problem {
         }
     }
 
-    /// Query heads per key/value head (1 for multi-head, `heads` for multi-query attention).
+    /// Every sequence, in order.
+    pub fn sequences(&self) -> impl Iterator<Item = Sequence> + '_ {
+        (0..self.batch()).map(|i| self.sequence(i))
+    }
+
+    /// The longest query and key sequence.
+    pub fn max_lens(&self) -> (usize, usize) {
+        self.sequences().fold((0, 0), |(a, b), s| (a.max(s.len_q), b.max(s.len_k)))
+    }
+
+    /// Query heads per key/value head (1 for multi-head, `heads` for multi-query attention; 1
+    /// for a problem without heads).
     pub fn group_size(&self) -> usize {
-        self.q.heads / self.k.heads
+        (self.q.heads / self.k.heads.max(1)).max(1)
     }
 
     /// Elements of the log-sum-exp output: `heads × batch × seqlen_q` (`heads × total_q` varlen).
+    /// (Checked at validation: it does not overflow.)
     pub fn lse_len(&self) -> usize {
         self.q.batch * self.q.heads * self.q.seqlen
     }
 
-    /// Index of row `(sequence i, head h, query t)` in the log-sum-exp output, laid out
-    /// `(batch, heads, seqlen_q)`, or `(heads, total_q)` for varlen.
-    pub fn lse_index(&self, i: usize, h: usize, t: usize) -> usize {
-        match &self.varlen {
-            Some(vl) => h * self.q.seqlen + vl.cu_seqlens_q[i] as usize + t,
-            None => (i * self.q.heads + h) * self.q.seqlen + t,
-        }
+    /// Rows of the log-sum-exp output per head: `seqlen_q` (the packed token count for varlen).
+    pub fn lse_seq_stride(&self) -> usize {
+        self.q.seqlen
     }
 
-    /// Whether query `t` may see key `j` of a sequence with `len_q` queries and `len_k` keys.
+    /// Index of row `(sequence i, head h, query t)` in the log-sum-exp output, laid out
+    /// `(batch, heads, seqlen_q)`, or `(heads, total_q)` for varlen: the kernels' own
+    /// [`flashattn_kernels::params::lse_index`].
+    pub fn lse_index(&self, i: usize, h: usize, t: usize) -> usize {
+        let s = self.sequence(i);
+        flashattn_kernels::params::lse_index(
+            s.batch_index as u64,
+            self.q.heads as u64,
+            h as u64,
+            self.lse_seq_stride() as u64,
+            s.q_start as u64,
+            t as u64,
+        ) as usize
+    }
+
+    /// Whether query `t` may see key `j` of a sequence with `len_q` queries and `len_k` keys
+    /// (always, without causal masking): the kernels' own [`flashattn_kernels::mask`] rule.
     #[inline]
     pub fn visible(&self, t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
-        !self.causal || j + len_q <= t + len_k
+        !self.causal || flashattn_kernels::mask::visible_usize(t, j, len_q, len_k)
+    }
+
+    /// One past the last key query `t` sees (its keys are `0..key_end`).
+    #[inline]
+    pub fn key_end(&self, t: usize, len_q: usize, len_k: usize) -> usize {
+        if self.causal { flashattn_kernels::mask::key_end_usize(t + 1, len_q, len_k) } else { len_k }
     }
 
     /// Attention FLOPs by the usual convention: `4·Σ(Nq·Nk)·heads·d` (two matrix products),
     /// halved for causal attention.
     pub fn flops(&self) -> f64 {
-        let pairs: f64 = (0..self.batch())
-            .map(|i| {
-                let s = self.sequence(i);
-                (s.len_q * s.len_k) as f64
-            })
-            .sum();
-        let f = 4.0 * pairs * (self.q.heads * self.q.head_dim) as f64;
+        let pairs: f64 = self.sequences().map(|s| s.len_q as f64 * s.len_k as f64).sum();
+        let f = 4.0 * pairs * self.q.heads as f64 * self.q.head_dim as f64;
         if self.causal { f / 2.0 } else { f }
     }
 }

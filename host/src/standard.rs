@@ -12,12 +12,14 @@ use flashattn_kernels::params::{
     FILL_THREADS, FillRowsParams, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS, SoftmaxParams,
 };
 
-use crate::attention::{Io, Plan};
+use crate::attention::Io;
 use crate::buffer::DType;
 use crate::device::{Device, LaunchShape};
-use crate::error::{Error, InvalidInput, Result};
-use crate::problem::{Method, Problem};
-use crate::ptx::Kernel;
+use crate::error::{Error, Result};
+use crate::plan::{Plan, gemm_ld, standard_matrix_elems};
+use crate::problem::Problem;
+use crate::registry::elem;
+use flashattn_kernels::registry::Family;
 
 fn data_type(dtype: DType) -> cudaDataType {
     match dtype {
@@ -25,43 +27,6 @@ fn data_type(dtype: DType) -> cudaDataType {
         DType::BF16 => cudaDataType::CUDA_R_16BF,
         DType::F32 => cudaDataType::CUDA_R_32F,
     }
-}
-
-/// Elements of S (and of P) for the whole call: all sequences at once for fixed-length batches,
-/// the longest sequence for varlen (processed one at a time).
-fn matrix_elems(problem: &Problem) -> u64 {
-    let h = problem.q.heads as u64;
-    match &problem.varlen {
-        Some(vl) => {
-            let (q, k) = vl.max_lens();
-            h * q as u64 * k as u64
-        }
-        None => problem.q.batch as u64 * h * problem.q.seqlen as u64 * problem.k.seqlen as u64,
-    }
-}
-
-/// The plan of a standard-attention call.
-pub(crate) fn plan(dtype: DType, problem: &Problem) -> Result<Plan, InvalidInput> {
-    let elems = matrix_elems(problem);
-    let kernel = Kernel::softmax_rows(dtype);
-    let rows = match &problem.varlen {
-        Some(vl) => problem.q.heads as u64 * vl.max_lens().0 as u64,
-        None => (problem.q.batch * problem.q.heads * problem.q.seqlen) as u64,
-    };
-    let rows = u32::try_from(rows).map_err(|_| InvalidInput::Unsupported {
-        method: "standard",
-        why: format!("{rows} score rows in one call (over 2³²)"),
-    })?;
-    Ok(Plan {
-        method: Method::Standard,
-        kernel: kernel.name(),
-        block_m: 1,
-        block_n: problem.k.seqlen,
-        threads: SOFTMAX_THREADS,
-        shared_bytes: SOFTMAX_SHARED_BYTES,
-        grid: (rows, 1, 1),
-        extra_bytes: elems * (4 + dtype.size_bytes() as u64),
-    })
 }
 
 /// One strided-batched GEMM `C = op(A)·op(B)` in cuBLAS's column-major terms.
@@ -82,14 +47,10 @@ struct Gemm {
     batch: usize,
 }
 
-fn int(x: usize) -> Result<i32> {
-    i32::try_from(x).map_err(|_| {
-        InvalidInput::Unsupported {
-            method: "standard",
-            why: format!("a matrix extent of {x} (cuBLAS takes 32-bit extents)"),
-        }
-        .into()
-    })
+/// A 32-bit cuBLAS extent. The planner has checked every extent and stride against
+/// `i32::MAX`, so this never saturates in practice.
+fn int(x: usize) -> i32 {
+    i32::try_from(x).unwrap_or(i32::MAX)
 }
 
 impl Gemm {
@@ -108,24 +69,24 @@ impl Gemm {
                 *blas.handle(),
                 op(self.trans_a),
                 cublasOperation_t::CUBLAS_OP_N,
-                int(self.m)?,
-                int(self.n)?,
-                int(self.k)?,
+                int(self.m),
+                int(self.n),
+                int(self.k),
                 (&alpha as *const f32).cast::<c_void>(),
                 self.a as *const c_void,
                 data_type(in_type),
-                int(self.lda.max(1))?,
+                int(self.lda.max(1)),
                 self.stride_a as i64,
                 self.b as *const c_void,
                 data_type(in_type),
-                int(self.ldb.max(1))?,
+                int(self.ldb.max(1)),
                 self.stride_b as i64,
                 (&beta as *const f32).cast::<c_void>(),
                 self.c as *mut c_void,
                 data_type(out_type),
-                int(self.ldc.max(1))?,
+                int(self.ldc.max(1)),
                 self.stride_c as i64,
-                int(self.batch)?,
+                int(self.batch),
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
@@ -145,7 +106,7 @@ fn zero_rows(dev: &Device, dtype: DType, o: &crate::problem::Layout, addr: u64, 
         cols: o.head_dim as u32,
         value: 0,
     };
-    let kernel = if dtype.size_bytes() == 2 { Kernel::FillRowsU16 } else { Kernel::FillRowsU32 };
+    let kernel = dev.fill_kernel(Family::FillRows(dtype.size_bytes() as u32))?;
     let total = (tokens * o.heads * o.head_dim) as u64;
     let blocks = total.div_ceil(FILL_THREADS as u64).clamp(1, 4096) as u32;
     let shape = LaunchShape { grid: (blocks, 1, 1), block: (FILL_THREADS, 1, 1), shared_bytes: 0 };
@@ -153,10 +114,10 @@ fn zero_rows(dev: &Device, dtype: DType, o: &crate::problem::Layout, addr: u64, 
     unsafe { dev.launch(kernel, shape, &params) }
 }
 
-/// Standard attention: validated `problem`, device addresses `io`.
-pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Result<Plan> {
-    let plan = plan(dtype, problem)?;
-    let elems = matrix_elems(problem);
+/// Standard attention: validated `problem`, device addresses `io`, and the plan that
+/// [`crate::plan::plan`] made for it (which checked every extent, stride and size used here).
+pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io, plan: &Plan) -> Result<()> {
+    let elems = standard_matrix_elems(problem).unwrap_or(u64::MAX);
     let blas = dev.blas()?;
     let what = || {
         format!(
@@ -165,16 +126,16 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
         )
     };
     let es = dtype.size_bytes() as u64;
-    let total = elems * (4 + es);
+    let total = plan.scratch_bytes;
     let s = dev.alloc_scratch(4 * elems, total, what)?;
     let p = dev.alloc_scratch(es * elems, total, what)?;
-    let (q, k, v, o) = (&problem.q, &problem.k, &problem.v, &problem.o);
+    let (q, k, v, o) = (problem.q(), problem.k(), problem.v(), problem.o());
     let h = q.heads;
     let g = problem.group_size();
-    let softmax = Kernel::softmax_rows(dtype);
+    let softmax = dev.fill_kernel(Family::SoftmaxRows(elem(dtype)))?;
     // (first sequence, sequences at once): all at once when every tensor's (batch, head) pairs
     // are one stride apart and there is no varlen; otherwise one sequence at a time.
-    let uniform = problem.varlen.is_none() && [q, k, v, o].iter().all(|l| l.heads_uniform_across_batch());
+    let uniform = problem.varlen().is_none() && [q, k, v, o].iter().all(|l| l.heads_uniform_across_batch());
     let chunks: Vec<(usize, usize)> =
         if uniform { vec![(0, problem.batch())] } else { (0..problem.batch()).map(|i| (i, 1)).collect() };
     for (first, count) in chunks {
@@ -206,10 +167,10 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
                 n: nq,
                 k: q.head_dim,
                 a: addr(io.k, k, seq.k_start, 0),
-                lda: k.seq_stride,
+                lda: gemm_ld(k),
                 stride_a: k.head_stride,
                 b: addr(io.q, q, seq.q_start, j),
-                ldb: q.seq_stride,
+                ldb: gemm_ld(q),
                 stride_b: g * q.head_stride,
                 c: s.device_address() + 4 * (j * nn) as u64,
                 ldc: nk,
@@ -227,9 +188,9 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
             rows: rows as u32,
             len_q: nq as u32,
             len_k: nk as u32,
-            lse_head_stride: if problem.varlen.is_some() { q.seqlen as u32 } else { nq as u32 },
+            lse_head_stride: if problem.varlen().is_some() { q.seqlen as u32 } else { nq as u32 },
             scale_log2: problem.scale_log2(),
-            causal: problem.causal as u32,
+            causal: problem.causal() as u32,
         };
         let shape = LaunchShape {
             grid: (rows as u32, 1, 1),
@@ -247,18 +208,18 @@ pub(crate) fn run(dev: &Device, dtype: DType, problem: &Problem, io: Io) -> Resu
                 n: nq,
                 k: nk,
                 a: addr(io.v, v, seq.k_start, 0),
-                lda: v.seq_stride,
+                lda: gemm_ld(v),
                 stride_a: v.head_stride,
                 b: p.device_address() + es * (j * nn) as u64,
                 ldb: nk,
                 stride_b: g * nn,
                 c: addr(io.o, o, seq.q_start, j),
-                ldc: o.seq_stride,
+                ldc: gemm_ld(o),
                 stride_c: g * o.head_stride,
                 batch: count * heads_kv,
             }
             .run(blas, dtype, dtype)?;
         }
     }
-    Ok(plan)
+    Ok(())
 }

@@ -1,9 +1,12 @@
-//! Tile configurations of the tensor-core kernel: one type, one place that picks it, and the
-//! shared-memory budget checked at compile time. The kernel body reads these numbers and never
+//! Tile configurations of every kernel and of the CPU path: one type per kernel family, one place
+//! that picks it, and the shared-memory budget checked at compile time. The kernel body reads these numbers and never
 //! repeats them; the host picks the instance by head dimension.
 //!
 //! Why these tiles: see `kernels-gpu/NOTES.md` (the measured steps and the bench rows behind
 //! each choice).
+
+use crate::params::{SIMT_KEY_CHUNK, SIMT_THREADS_PER_ROW, simt_shared_bytes};
+use crate::registry::SIMT_HEAD_DIMS;
 
 /// A tensor-core kernel configuration. Each warp owns `block_m / warps` query rows (a multiple
 /// of 16, the `mma` tile height) and all `block_n` keys of a tile.
@@ -68,44 +71,7 @@ impl MmaConfig {
     }
 }
 
-/// Every instantiated configuration. The first one of each head dimension is its default (the
-/// tuned choice, see [`mma_default`] and `NOTES.md`); the others are variants that a tile
-/// override selects by `block_m × block_n`, so that the bench can sweep them (`--tiles`).
-pub const MMA_CONFIGS: [MmaConfig; 8] = [
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 96, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 64, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
-    MmaConfig { head_dim: 64, block_m: 64, block_n: 64, warps: 4, min_blocks: 3, v_stages: 2 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 64, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 128, block_m: 128, block_n: 32, warps: 4, min_blocks: 1, v_stages: 2 },
-    MmaConfig { head_dim: 128, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
-    MmaConfig { head_dim: 256, block_m: 64, block_n: 64, warps: 4, min_blocks: 1, v_stages: 1 },
-    MmaConfig { head_dim: 256, block_m: 128, block_n: 64, warps: 8, min_blocks: 1, v_stages: 1 },
-];
-
-/// Kernel entry names of [`MMA_CONFIGS`], f16 then bf16, in the same order:
-/// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`.
-pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
-    [
-        "flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2",
-        "flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1",
-        "flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2",
-        "flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2",
-        "flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2",
-        "flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1",
-        "flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1",
-        "flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1",
-    ],
-    [
-        "flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2",
-        "flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1",
-        "flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2",
-        "flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2",
-        "flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2",
-        "flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1",
-        "flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1",
-        "flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1",
-    ],
-];
+pub use crate::registry::{MMA_CONFIGS, MMA_KERNELS};
 
 const _: () = {
     let mut i = 0;
@@ -144,22 +110,83 @@ pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize
     None
 }
 
+/// The general (CUDA-core) kernel's tile choice: query rows per block and keys per shared tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimtConfig {
+    /// Head dimension the kernel is instantiated for (a problem's `d` is padded up to it).
+    pub padded_dim: u32,
+    /// Query rows per block (4 threads per row).
+    pub block_m: u32,
+    /// Keys per shared-memory tile (a multiple of [`SIMT_KEY_CHUNK`]).
+    pub block_n: u32,
+}
+
+/// Query rows per block the general kernel can run (4 threads per row, ≤ 256 threads).
+pub const SIMT_BLOCK_M: [u32; 3] = [16, 32, 64];
+/// The largest `block_n` of the general kernel.
+pub const SIMT_MAX_BLOCK_N: u32 = 256;
+
+impl SimtConfig {
+    /// The default tiles for a head dimension (`None` above 256): more rows per block where
+    /// the accumulator is small; fewer keys per tile where the K/V tiles are large (d = 256), so
+    /// that two blocks fit on an SM.
+    pub const fn default_for(head_dim: u32) -> Option<SimtConfig> {
+        let mut i = 0;
+        while i < SIMT_HEAD_DIMS.len() {
+            let p = SIMT_HEAD_DIMS[i];
+            if p >= head_dim {
+                let block_m = if p <= 64 { 64 } else { 32 };
+                let block_n = if p <= 128 { 64 } else { 32 };
+                return Some(SimtConfig { padded_dim: p, block_m, block_n });
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Threads per block.
+    pub const fn threads(&self) -> u32 {
+        self.block_m * SIMT_THREADS_PER_ROW
+    }
+
+    /// Dynamic shared memory per block.
+    pub const fn shared_bytes(&self) -> u32 {
+        simt_shared_bytes(self.block_m, self.block_n, self.padded_dim)
+    }
+
+    /// Whether the kernel can run these tiles (before the device's shared-memory limit).
+    pub const fn tiles_valid(block_m: u32, block_n: u32) -> bool {
+        let mut ok_m = false;
+        let mut i = 0;
+        while i < SIMT_BLOCK_M.len() {
+            ok_m |= SIMT_BLOCK_M[i] == block_m;
+            i += 1;
+        }
+        ok_m && block_n > 0 && block_n % SIMT_KEY_CHUNK == 0 && block_n <= SIMT_MAX_BLOCK_N
+    }
+
+    /// The keys a block treats as one unit for masking and accumulation: non-finite values in V
+    /// reach every row of the block that visits their chunk (see the README).
+    pub const fn key_chunk(&self) -> u32 {
+        SIMT_KEY_CHUNK
+    }
+}
+
+/// The CPU implementation's default tiles (rows of Q × rows of K per step).
+pub const CPU_TILES: (usize, usize) = (64, 64);
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::format;
 
     #[test]
-    fn kernel_names_follow_the_configs() {
-        for (dtype, names) in ["f16", "bf16"].iter().zip(MMA_KERNELS) {
-            for (c, name) in MMA_CONFIGS.iter().zip(names) {
-                let expect = format!(
-                    "flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}_v{}",
-                    c.head_dim, c.block_m, c.block_n, c.warps, c.min_blocks, c.v_stages
-                );
-                assert_eq!(name, &expect);
-            }
-        }
+    fn simt_defaults_pad_up() {
+        let c = SimtConfig::default_for(59).unwrap();
+        assert_eq!((c.padded_dim, c.block_m, c.block_n), (64, 64, 64));
+        assert_eq!(SimtConfig::default_for(256).unwrap().padded_dim, 256);
+        assert_eq!(SimtConfig::default_for(257), None);
+        assert!(SimtConfig::tiles_valid(64, 64) && !SimtConfig::tiles_valid(48, 64));
+        assert!(!SimtConfig::tiles_valid(64, 0) && !SimtConfig::tiles_valid(64, 288));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod config;
 pub mod mask;
 pub mod math;
 pub mod params;
+pub mod registry;
 pub mod softmax;
 
 #[cfg(target_arch = "nvptx64")]

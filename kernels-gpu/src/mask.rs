@@ -35,6 +35,21 @@ pub fn unmasked_end(row_start: u32, len_q: u32, len_k: u32, causal: bool) -> u32
     end.clamp(0, len_k as i64) as u32
 }
 
+/// [`visible`] for host-side `usize` coordinates (no truncation to 32 bits).
+#[inline]
+pub fn visible_usize(t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
+    (j as u128) + (len_q as u128) <= (t as u128) + (len_k as u128)
+}
+
+/// [`key_end`] (causal) for host-side `usize` coordinates.
+#[inline]
+pub fn key_end_usize(row_end: usize, len_q: usize, len_k: usize) -> usize {
+    if row_end == 0 {
+        return 0;
+    }
+    ((row_end as u128 + len_k as u128).saturating_sub(len_q as u128)).min(len_k as u128) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +61,8 @@ mod tests {
                 let expect = (0..len_k).filter(|&j| (0..row_end).any(|t| visible(t, j, len_q, len_k))).max();
                 let expect = expect.map_or(0, |j| j + 1);
                 assert_eq!(key_end(row_end, len_q, len_k, true), expect, "{len_q} {len_k} {row_end}");
+                let (r, q, k) = (row_end as usize, len_q as usize, len_k as usize);
+                assert_eq!(key_end_usize(r, q, k), expect as usize);
             }
             for row_start in 0..len_q {
                 // Keys below unmasked_end are visible to every query from row_start on.

@@ -45,10 +45,13 @@ pub fn log2(x: f32) -> f32 {
     }
 }
 
-/// `a * b + c`: one fused instruction on the GPU (`fma.rn.f32`, one rounding). Rust never
-/// contracts `a * b + c` by itself, so the kernels' inner products call this explicitly. On the host it is
-/// a multiply and an add (two roundings), because a CPU without FMA units would call a slow
-/// software `fma`; the difference is one f32 rounding, far inside every tolerance used here.
+/// `a * b + c` with one rounding, as the GPU's `fma.rn.f32` computes it. Rust never contracts
+/// `a * b + c` by itself, so the kernels' inner products call this explicitly. On the host the
+/// product of two f32 is exact in f64 and the sum is rounded twice (to f64, then to f32), which
+/// differs from a true fused operation only in rare halfway cases — and, unlike two f32
+/// roundings, it keeps the host and the GPU agreeing when `a·b` and `c` nearly cancel (the
+/// online softmax's largest score). `f32::mul_add` would be exact but is a slow library call on
+/// x86-64 CPUs without FMA units.
 #[inline(always)]
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
@@ -58,7 +61,7 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        a * b + c
+        (a as f64 * b as f64 + c as f64) as f32
     }
 }
 

@@ -79,6 +79,20 @@ pub struct AttnParams {
     pub _pad: u32,
 }
 
+/// The most tokens one sequence (and one packed tensor) may hold: the kernels count tokens in
+/// 32 bits, and a tile's end (`start + block`) must not wrap. Checked by the host for every path.
+pub const MAX_TOKENS: usize = (1 << 31) - 1;
+
+/// Index of the log-sum-exp row of query `t` of a sequence whose queries start at token
+/// `q_start` of batch entry `batch_index`, head `h` of `heads_q`: the output is laid out
+/// `(batch, heads, seq)` with `seq_stride` rows per head (`seqlen_q`, or the packed token count
+/// for variable-length batches, whose sequences all have `batch_index` 0). The one definition,
+/// used by the kernels, the host's paths and the tests.
+#[inline(always)]
+pub const fn lse_index(batch_index: u64, heads_q: u64, h: u64, seq_stride: u64, q_start: u64, t: u64) -> u64 {
+    (batch_index * heads_q + h) * seq_stride + q_start + t
+}
+
 /// Query rows each thread group of the general kernel shares: 4 threads per row.
 pub const SIMT_THREADS_PER_ROW: u32 = 4;
 /// Keys the general kernel scores per register chunk (8 per thread × 4 threads).
@@ -86,8 +100,6 @@ pub const SIMT_KEY_CHUNK: u32 = 32;
 /// Row padding (in f32) of the general kernel's Q and K tiles: keeps 16-byte shared loads of
 /// different rows in different banks.
 pub const SIMT_ROW_PAD: u32 = 4;
-/// The head dimensions the general kernel is instantiated for (a problem's `d` is padded up).
-pub const SIMT_HEAD_DIMS: [u32; 4] = [32, 64, 128, 256];
 
 /// Shared memory of the general kernel: Q tile `block_m × (D+pad)`, K tile `block_n × (D+pad)`
 /// and V tile `block_n × D`, all f32.

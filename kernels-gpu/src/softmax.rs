@@ -14,10 +14,30 @@
 //! Masked scores are `-inf`. A row whose scores are all masked keeps `m = -inf`, `l = 0`, and
 //! finishes with output 0 and log-sum-exp `-inf`, never NaN.
 //!
+//! **One FMA, and when it is not enough.** `2^(s·c − m·c)` as `fma(s, c, −round(m·c))` is exact
+//! up to the rounding `δ` of `m·c` (|δ| ≤ ulp(m·c)/2), and `δ` is the same for every key of the
+//! row, so it cancels in `o = Σ p v / Σ p`. It stops cancelling only when `2^δ` itself
+//! overflows or underflows, i.e. when `|m·c|` is near `2^24·126` — a softmax scale like `1e35`
+//! gets there at once (then the largest score's own probability was `2^±10^28`: `inf` or `0`).
+//! [`BlockStep::fused_ok`] says whether the one-FMA form is accurate (`|m·c| < 2^30`, so
+//! `|δ| ≤ 32`); when it is not, [`BlockStep::prob_exact`] computes `2^((s − m)·c)` (a subtraction
+//! and a product). The GPU kernels test this once per tile (a warp-uniform branch) and the
+//! common case keeps one FMA per score.
+//!
+//! **Non-finite inputs.** A NaN score (a NaN or infinite element of Q or K, or an overflowing
+//! dot product) is not a maximum (`max` ignores NaN) but its probability is NaN, so the row's sum,
+//! output and log-sum-exp are NaN — never the "no visible key" result, which is kept for rows
+//! whose every score is masked (`sum == 0`).
+//!
 //! This module is the one implementation of the recurrence: the GPU kernels and the CPU tiled
 //! implementation both call it. (The f64 test oracle does not: it is the independent check.)
 
 use crate::math::{LN_2, exp2, fma, log2};
+
+/// Largest `|max·scale_log2|` for which the one-FMA probability ([`BlockStep::prob`]) is used:
+/// its rounding error `δ` is then at most 2^5 in the exponent, a common factor `2^δ` that
+/// cancels in the normalisation without overflowing (see the module docs).
+pub const FUSED_LIMIT: f32 = (1u64 << 30) as f32;
 
 /// Running softmax state of one query row (or, on the GPU, of one thread's share of a row: the
 /// maximum is kept equal across the threads of a row and the partial sums are added at the end).
@@ -38,14 +58,38 @@ pub struct BlockStep {
     /// `-max·scale_log2` for the new maximum (0 while the row is fully masked, so that masked
     /// scores give `2^-inf = 0` rather than NaN).
     pub neg_max_scaled: f32,
+    /// The row maximum (raw score), `-inf` while the row is fully masked.
+    pub max: f32,
 }
 
 impl BlockStep {
-    /// The unnormalised probability of a raw score: `2^(s·scale_log2 − max·scale_log2)`.
-    /// A masked score (`-inf`) gives 0.
+    /// The unnormalised probability of a raw score: `2^(s·scale_log2 − max·scale_log2)`, one
+    /// FMA and one `exp2`. Accurate when [`BlockStep::fused_ok`]. A masked score (`-inf`)
+    /// gives 0.
     #[inline(always)]
     pub fn prob(&self, score: f32, scale_log2: f32) -> f32 {
         exp2(fma(score, scale_log2, self.neg_max_scaled))
+    }
+
+    /// Whether [`BlockStep::prob`] is accurate for this row: `|max·scale_log2| <` [`FUSED_LIMIT`].
+    #[inline(always)]
+    pub fn fused_ok(&self) -> bool {
+        self.neg_max_scaled.abs() < FUSED_LIMIT
+    }
+
+    /// The same probability as `2^((s − max)·scale_log2)`: right for any scale (the score
+    /// equal to the maximum gives exactly 1). Used where [`BlockStep::fused_ok`] is false (the
+    /// row then has a finite maximum).
+    #[inline(always)]
+    pub fn prob_exact(&self, score: f32, scale_log2: f32) -> f32 {
+        exp2((score - self.max) * scale_log2)
+    }
+
+    /// [`BlockStep::prob`] or [`BlockStep::prob_exact`], whichever this row needs (for code
+    /// that chooses per row; the tensor-core kernel chooses once per tile).
+    #[inline(always)]
+    pub fn prob_any(&self, score: f32, scale_log2: f32) -> f32 {
+        if self.fused_ok() { self.prob(score, scale_log2) } else { self.prob_exact(score, scale_log2) }
     }
 }
 
@@ -79,13 +123,13 @@ impl OnlineSoftmax {
         let new_max = self.max.max(block_max);
         if new_max == f32::NEG_INFINITY {
             // Everything so far is masked: nothing is accumulated, nothing to rescale.
-            return BlockStep { alpha: 1.0, neg_max_scaled: 0.0 };
+            return BlockStep { alpha: 1.0, neg_max_scaled: 0.0, max: new_max };
         }
         // `self.max == -inf` gives 2^-inf = 0: the (empty) accumulator is cleared, not NaN.
         let alpha = exp2((self.max - new_max) * scale_log2);
         self.max = new_max;
         self.sum *= alpha;
-        BlockStep { alpha, neg_max_scaled: -new_max * scale_log2 }
+        BlockStep { alpha, neg_max_scaled: -new_max * scale_log2, max: new_max }
     }
 
     /// The probability offset for the maximum as it stands (no rescaling): for a second pass
@@ -93,7 +137,7 @@ impl OnlineSoftmax {
     #[inline(always)]
     pub fn current(&self, scale_log2: f32) -> BlockStep {
         let neg_max_scaled = if self.max == f32::NEG_INFINITY { 0.0 } else { -self.max * scale_log2 };
-        BlockStep { alpha: 1.0, neg_max_scaled }
+        BlockStep { alpha: 1.0, neg_max_scaled, max: self.max }
     }
 
     /// Adds this block's probabilities (their sum, or this thread's part of it).
@@ -118,12 +162,16 @@ impl OnlineSoftmax {
     }
 
     /// The normaliser and log-sum-exp, once every key has been seen (with `sum` complete).
+    ///
+    /// `sum == 0` means every score was masked: output 0, log-sum-exp `-inf`. A NaN `sum` (a
+    /// NaN score) gives NaN for both. The log-sum-exp is `max·scale + ln(sum)`, with the scale in
+    /// natural units so that `max·scale_log2` cannot overflow where the result does not.
     #[inline(always)]
     pub fn finish(&self, scale_log2: f32) -> RowResult {
-        if self.sum == 0.0 || self.max == f32::NEG_INFINITY {
+        if self.sum == 0.0 {
             return RowResult { inv_sum: 0.0, lse: f32::NEG_INFINITY };
         }
-        RowResult { inv_sum: 1.0 / self.sum, lse: (self.max * scale_log2 + log2(self.sum)) * LN_2 }
+        RowResult { inv_sum: 1.0 / self.sum, lse: self.max * (scale_log2 * LN_2) + log2(self.sum) * LN_2 }
     }
 }
 
@@ -152,7 +200,7 @@ mod tests {
             acc *= step.alpha;
             let mut sum = 0.0;
             for (&x, &y) in s.iter().zip(v) {
-                let p = step.prob(x, c2);
+                let p = step.prob_any(x, c2);
                 sum += p;
                 acc += p * y;
             }
@@ -199,6 +247,27 @@ mod tests {
         let (o, lse) = tiled(&scores, &[1.0, 2.0, 3.0, 4.0], 1.0, 1);
         let (eo, el) = direct(&scores, &[1.0, 2.0, 3.0, 4.0], 1.0);
         assert!((o as f64 - eo).abs() < 1e-5 && (lse as f64 - el).abs() < 1e-2, "{o} {lse}");
+    }
+
+    #[test]
+    fn huge_scale_is_exact() {
+        // scale·max far beyond 2^30: the one-FMA form would give 2^(±10^28) for the largest score.
+        let scores = [3.0f32, 2.5, 3.0, -1.0];
+        let values = [1.0f32, 5.0, 3.0, 7.0];
+        for c in [1e12f32, 1e35, 1e38] {
+            let (o, lse) = tiled(&scores, &values, c, 2);
+            assert_eq!(o, 2.0, "scale {c}: ties at the maximum average");
+            let want = c as f64 * 3.0 + 2f64.ln();
+            assert!(((lse as f64 - want) / want).abs() < 1e-6, "scale {c}: lse {lse} vs {want}");
+        }
+    }
+
+    #[test]
+    fn nan_score_gives_nan_not_masked() {
+        let (o, lse) = tiled(&[f32::NAN; 5], &[1.0; 5], 0.5, 2);
+        assert!(o.is_nan() && lse.is_nan(), "{o} {lse}");
+        let (o, lse) = tiled(&[1.0, f32::NAN, 2.0], &[1.0; 3], 0.5, 2);
+        assert!(o.is_nan() && lse.is_nan(), "{o} {lse}");
     }
 
     #[test]

@@ -82,7 +82,7 @@ fn causal_with_more_queries_than_keys_masks_the_top_rows() {
     for b in 0..2 {
         for h in 0..2 {
             for t in 0..10 {
-                let o = p.o.offset(b, t, h);
+                let o = p.o().offset(b, t, h);
                 let l = lse[p.lse_index(b, h, t)];
                 if t < 6 {
                     assert!(out[o..o + 16].iter().all(|&x| x == 0.0), "row {t} must be 0");

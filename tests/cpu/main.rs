@@ -8,6 +8,8 @@
 
 mod cases;
 mod explain;
+mod holes;
+mod plan;
 mod props;
 mod validation;
 

@@ -11,6 +11,8 @@ use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
 use flashattn_testkit::tolerance::check_untouched;
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values, check};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 use crate::GpuTest;
 
@@ -73,7 +75,7 @@ fn run<T: Element>(
     let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
     dev.fill_nan(&mut out).map_err(e2s)?;
     dev.fill_nan(&mut lse).map_err(e2s)?;
-    let r = dev.attention(q.view(p.q), k.view(p.k), v.view(p.v), out.view_mut(p.o), Some(&mut lse), opts);
+    let r = dev.attention(q.view(*p.q()), k.view(*p.k()), v.view(*p.v()), out.view_mut(*p.o()), Some(&mut lse), opts);
     match r {
         Ok(_) => {}
         Err(Error::InvalidInput(InvalidInput::Unsupported { .. }))
@@ -101,19 +103,57 @@ fn run_and_check<T: Element>(dev: &Device, case: &Case<T>, method: Method) -> Re
 /// the general kernel: rows 16/32/64, keys 32…128, at most 64 keys at d > 128 so that the f32
 /// tiles fit the shared memory).
 fn gpu_tiles(drawn: Tiles, method: Method, head_dim: usize) -> Tiles {
+    use flashattn::kernels::config::SIMT_BLOCK_M;
+    use flashattn::kernels::params::SIMT_KEY_CHUNK;
     let key_steps = if head_dim > 128 { 2 } else { 4 };
     match method {
         Method::Flash => Tiles {
-            block_m: drawn.block_m.map(|m| [16, 32, 64][m % 3]),
-            block_n: drawn.block_n.map(|n| 32 * (1 + n % key_steps)),
+            block_m: drawn.block_m.map(|m| SIMT_BLOCK_M[m % SIMT_BLOCK_M.len()] as usize),
+            block_n: drawn.block_n.map(|n| (SIMT_KEY_CHUNK as usize) * (1 + n % key_steps)),
         },
         _ => Tiles::default(),
     }
 }
 
+/// The head dimensions the tensor-core kernel is instantiated for (from the config table).
+pub fn tc_head_dims() -> Vec<usize> {
+    let mut d: Vec<usize> = flashattn::kernels::config::MMA_CONFIGS.iter().map(|c| c.head_dim as usize).collect();
+    d.dedup();
+    d
+}
+
+/// The seed of this run's property tests: `FLASHATTN_GPU_SEED`, else a fresh one. Every failure
+/// message names it, so a failing run replays with `FLASHATTN_GPU_SEED=<seed>`.
+pub fn run_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        std::env::var("FLASHATTN_GPU_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random)
+    })
+}
+
+/// A property-test runner seeded by [`run_seed`] (mixed with `salt`, so that tests draw
+/// different cases): the runner draws the specs and a seed for each case's inputs.
+fn seeded_runner(salt: u64) -> TestRunner {
+    use proptest::test_runner::{RngAlgorithm, TestRng};
+    let seed = run_seed() ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
+/// An input generator for fixed-shape tests, seeded from [`run_seed`] and a counter (so that a
+/// run replays with `FLASHATTN_GPU_SEED`).
+pub fn case_rng() -> StdRng {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    StdRng::seed_from_u64(run_seed() ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03))
+}
+
 /// Makes a spec fit the tensor-core kernel: a head dim it has, 16-byte aligned layouts.
 fn for_tensor_cores(spec: &mut Spec, pick: usize) {
-    spec.head_dim = [64, 128, 256][pick % 3];
+    let dims = tc_head_dims();
+    spec.head_dim = dims[pick % dims.len()];
     if matches!(spec.layout, LayoutKind::Padded | LayoutKind::Mixed) {
         spec.layout = if pick.is_multiple_of(2) { LayoutKind::Bshd } else { LayoutKind::Bhsd };
     }
@@ -126,22 +166,21 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
         return Ok(());
     }
     let budget = if method == Method::FlashTensorCore { DEFAULT_MAX_WORK / 4 } else { DEFAULT_MAX_WORK };
-    let strategy = (spec_with(budget), 0..6usize);
-    let mut runner =
-        TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let strategy = (spec_with(budget), 0..6usize, proptest::num::u64::ANY);
+    let mut runner = seeded_runner(M as u64 * 3 + T::DTYPE as u64);
     let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, pick)| {
+    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
         spec.tiles = gpu_tiles(spec.tiles, method, spec.head_dim);
         if method == Method::FlashTensorCore {
             for_tensor_cores(&mut spec, pick);
         }
-        let case = Case::<T>::random(&mut rand::rng(), &spec);
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
         if run_and_check(dev, &case, method).map_err(TestCaseError::fail)? {
             ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     });
-    result.map_err(|e| format!("{} {method}: {e}", T::DTYPE))?;
+    result.map_err(|e| format!("{} {method}: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
     if method == Method::FlashTensorCore && ran.into_inner() == 0 {
         return Err("the tensor-core kernel ran none of the cases".into());
     }
@@ -179,7 +218,7 @@ fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
 fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
     use LayoutKind::{Bhsd, Bshd};
     let mut specs = Vec::new();
-    for d in [64, 128, 256] {
+    for d in tc_head_dims() {
         for causal in [false, true] {
             specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, Bshd));
             specs.push(spec(batch(1, 1025, 1025), 1, 1, d, causal, Bhsd));
@@ -208,7 +247,7 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
         specs.retain(|s| s.head_dim != 256);
     }
     for s in &specs {
-        let case = Case::<T>::random(&mut rand::rng(), s);
+        let case = Case::<T>::random(&mut case_rng(), s);
         if !run_and_check(dev, &case, Method::FlashTensorCore)? {
             return Err(format!("the tensor-core kernel refused a case it should run:\n{case}"));
         }
@@ -222,13 +261,13 @@ fn every_config(dev: &Device) -> Result<(), String> {
         for causal in [false, true] {
             let mut s = spec(batch(2, 150, 203), 2, 1, c.head_dim as usize, causal, LayoutKind::Bshd);
             s.tiles = Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
-            let case = Case::<bf16>::random(&mut rand::rng(), &s);
+            let case = Case::<bf16>::random(&mut case_rng(), &s);
             let p = dev.plan::<bf16>(
                 &case.problem,
                 &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() },
             );
             let p = p.map_err(e2s)?;
-            if (p.block_m, p.block_n) != (c.block_m as usize, c.block_n as usize) {
+            if p.tiles != Some((c.block_m as usize, c.block_n as usize)) {
                 return Err(format!("override {c:?} ran {p}"));
             }
             if !run_and_check(dev, &case, Method::FlashTensorCore)? {
@@ -243,7 +282,7 @@ fn every_config(dev: &Device) -> Result<(), String> {
 /// reductions must agree with themselves exactly).
 fn deterministic(dev: &Device) -> Result<(), String> {
     let s = spec(batch(2, 300, 300), 4, 2, 128, true, LayoutKind::Bshd);
-    let case = Case::<bf16>::random(&mut rand::rng(), &s);
+    let case = Case::<bf16>::random(&mut case_rng(), &s);
     for method in METHODS {
         let opts = AttentionOptions { method, ..case.opts.clone() };
         let a = run(dev, &case, &opts)?.ok_or("unsupported")?;
@@ -284,8 +323,8 @@ fn memory_wall(dev: &Device) -> Result<(), String> {
             &AttentionOptions::default(),
         )
         .map_err(e2s)?;
-    if p.extra_bytes != 0 {
-        return Err(format!("flash plan allocates {} extra bytes", p.extra_bytes));
+    if p.scratch_bytes != 0 {
+        return Err(format!("flash plan allocates {} extra bytes", p.scratch_bytes));
     }
     Ok(())
 }
@@ -332,7 +371,7 @@ fn tile_overrides(dev: &Device) -> Result<(), String> {
         ..Default::default()
     };
     let plan = dev.plan::<f32>(&problem, &with(Method::Flash, 16, 96)).map_err(e2s)?;
-    if (plan.block_m, plan.block_n) != (16, 96) {
+    if plan.tiles != Some((16, 96)) {
         return Err(format!("override not used: {plan}"));
     }
     for (m, n) in [(48, 64), (32, 48), (64, 1024)] {

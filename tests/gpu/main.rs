@@ -4,6 +4,7 @@
 //! `FLASHATTN_TEST_SMALL=1` shrinks shapes (for compute-sanitizer runs).
 
 mod attention;
+mod holes;
 mod runtime;
 
 use std::sync::Arc;
@@ -19,7 +20,8 @@ fn main() {
     let require = std::env::var("FLASHATTN_REQUIRE_GPU").is_ok_and(|v| v == "1");
     let device = match Device::new(0) {
         Ok(d) => {
-            eprintln!("GPU tests on {}", d.props());
+            let seed = attention::run_seed();
+            eprintln!("GPU tests on {}; seed {seed} (replay with FLASHATTN_GPU_SEED={seed})", d.props());
             Ok(Arc::new(d))
         }
         Err(e) if require => {
@@ -32,7 +34,7 @@ fn main() {
         }
     };
     let tests: Vec<(&'static str, GpuTest)> =
-        runtime::TESTS.iter().chain(attention::TESTS).copied().collect();
+        runtime::TESTS.iter().chain(attention::TESTS).chain(holes::TESTS).copied().collect();
     let trials = tests
         .into_iter()
         .map(|(name, body)| match &device {

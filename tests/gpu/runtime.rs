@@ -1,7 +1,7 @@
 //! The runtime under the kernels: fills, copies, and every error path a GPU can trigger.
 
-use flashattn::kernels::params::FillParams;
-use flashattn::{Device, Element, Error, Kernel, LaunchShape, bf16, f16};
+use flashattn::internals::launch_fill_u32;
+use flashattn::{Device, Element, Error, bf16, f16};
 use flashattn_testkit::random_values;
 use rand::SeedableRng;
 
@@ -61,11 +61,8 @@ fn round_trip(dev: &Device) -> Result<(), String> {
 fn bad_launch(dev: &Device) -> Result<(), String> {
     let mut buf = dev.alloc::<f32>(1024).map_err(|e| e.to_string())?;
     dev.fill_nan(&mut buf).map_err(|e| e.to_string())?;
-    let params = flashattn_fill_params(&buf);
     // 2048 threads per block is over every device's limit of 1024: the driver refuses it.
-    let shape = LaunchShape { grid: (1, 1, 1), block: (2048, 1, 1), shared_bytes: 0 };
-    // SAFETY: the params describe `buf`; the launch is refused before it runs.
-    let r = unsafe { dev.launch(Kernel::FillU32, shape, &params) };
+    let r = launch_fill_u32(dev, &mut buf, (1, 1, 1), (2048, 1, 1), 0);
     check(matches!(r, Err(Error::Launch { kernel: "fill_u32", .. })), || {
         format!("expected Error::Launch, got {r:?}")
     })?;
@@ -76,21 +73,15 @@ fn bad_launch(dev: &Device) -> Result<(), String> {
 }
 
 fn too_much_shared(dev: &Device) -> Result<(), String> {
-    let buf = dev.alloc::<f32>(16).map_err(|e| e.to_string())?;
-    let params = flashattn_fill_params(&buf);
+    let mut buf = dev.alloc::<f32>(16).map_err(|e| e.to_string())?;
     let limit = dev.props().max_shared_per_block;
-    let shape = LaunchShape { grid: (1, 1, 1), block: (32, 1, 1), shared_bytes: limit + 1 };
-    // SAFETY: refused before launch.
-    let r = unsafe { dev.launch(Kernel::FillU32, shape, &params) };
+    let r = launch_fill_u32(dev, &mut buf, (1, 1, 1), (32, 1, 1), limit + 1);
     check(
         matches!(r, Err(Error::SharedMemoryExceeded { requested, limit: l, .. }) if requested == limit + 1 && l == limit),
         || format!("expected SharedMemoryExceeded, got {r:?}"),
     )?;
     // At the limit it runs (the dynamic limit is raised first).
-    let shape = LaunchShape { shared_bytes: limit, ..shape };
-    // SAFETY: params describe `buf` (16 elements, block of 32 threads: the kernel bounds-checks).
-    unsafe { dev.launch(Kernel::FillU32, shape, &params) }
-        .map_err(|e| format!("launch at the limit: {e}"))?;
+    launch_fill_u32(dev, &mut buf, (1, 1, 1), (32, 1, 1), limit).map_err(|e| format!("launch at the limit: {e}"))?;
     dev.synchronize().map_err(|e| e.to_string())
 }
 
@@ -124,6 +115,3 @@ fn length_mismatch(dev: &Device) -> Result<(), String> {
     check(matches!(r, Err(Error::LengthMismatch { .. })), || format!("expected LengthMismatch, got {r:?}"))
 }
 
-fn flashattn_fill_params<T: Element>(buf: &flashattn::DeviceBuffer<T>) -> FillParams {
-    FillParams { ptr: buf.device_address(), len: buf.len() as u64, value: T::NAN_BITS, _pad: 0 }
-}

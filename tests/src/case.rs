@@ -149,7 +149,7 @@ impl Spec {
             causal: self.causal,
             varlen: match &self.sequences {
                 Sequences::Batch { .. } => None,
-                Sequences::VarLen { q_lens, k_lens, .. } => Some(VarLen::from_lengths(q_lens, k_lens)),
+                Sequences::VarLen { q_lens, k_lens, .. } => Some(VarLen::from_lengths(q_lens, k_lens).expect("strategy lengths fit in u32")),
             },
             method: flashattn::Method::Auto,
             tiles: self.tiles,
@@ -198,8 +198,8 @@ pub struct Coord {
 /// some sequence (index into the O buffer).
 pub fn for_each_output(problem: &Problem, mut f: impl FnMut(Coord, usize)) {
     for_each_row(problem, |c, _| {
-        let base = problem.o.offset(c.b, c.s, c.h);
-        for x in 0..problem.o.head_dim {
+        let base = problem.o().offset(c.b, c.s, c.h);
+        for x in 0..problem.o().head_dim {
             f(Coord { x, ..c }, base + x);
         }
     });
@@ -209,7 +209,7 @@ pub fn for_each_output(problem: &Problem, mut f: impl FnMut(Coord, usize)) {
 pub fn for_each_row(problem: &Problem, mut f: impl FnMut(Coord, usize)) {
     for seq in 0..problem.batch() {
         let sq = problem.sequence(seq);
-        for h in 0..problem.q.heads {
+        for h in 0..problem.q().heads {
             for t in 0..sq.len_q {
                 let c = Coord { seq, t, b: sq.batch_index, s: sq.q_start + t, h, x: 0 };
                 f(c, problem.lse_index(seq, h, t));
@@ -366,10 +366,10 @@ impl<T: Element> Case<T> {
         let mut lse = self.poisoned_lse();
         let p = &self.problem;
         flashattn::cpu::attention(
-            HostTensor { data: &self.q, layout: p.q },
-            HostTensor { data: &self.k, layout: p.k },
-            HostTensor { data: &self.v, layout: p.v },
-            HostTensorMut { data: &mut out, layout: p.o },
+            HostTensor { data: &self.q, layout: *p.q() },
+            HostTensor { data: &self.k, layout: *p.k() },
+            HostTensor { data: &self.v, layout: *p.v() },
+            HostTensorMut { data: &mut out, layout: *p.o() },
             Some(&mut lse),
             &self.opts,
         )?;
@@ -383,31 +383,31 @@ impl<T: Element> fmt::Display for Case<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = &self.problem;
         writeln!(f, "dtype {}, inputs {:?}", T::DTYPE, self.values)?;
-        for (name, l) in [("q", &p.q), ("k", &p.k), ("v", &p.v), ("o", &p.o)] {
+        for (name, l) in [("q", &p.q()), ("k", &p.k()), ("v", &p.v()), ("o", &p.o())] {
             writeln!(
                 f,
                 "  {name}: batch {} seqlen {} heads {} head_dim {}; strides batch {} seq {} head {}",
                 l.batch, l.seqlen, l.heads, l.head_dim, l.batch_stride, l.seq_stride, l.head_stride
             )?;
         }
-        let attn = match p.k.heads {
-            1 if p.q.heads > 1 => "MQA",
-            _ if p.q.heads > p.k.heads => "GQA",
+        let attn = match p.k().heads {
+            1 if p.q().heads > 1 => "MQA",
+            _ if p.q().heads > p.k().heads => "GQA",
             _ => "MHA",
         };
         writeln!(
             f,
             "  causal {}, {attn} ({} q heads : {} kv heads), scale {}, tiles block_m {:?} block_n {:?}, method {}",
-            p.causal,
-            p.q.heads,
-            p.k.heads,
-            p.scale,
+            p.causal(),
+            p.q().heads,
+            p.k().heads,
+            p.scale(),
             self.opts.tiles.block_m,
             self.opts.tiles.block_n,
             self.opts.method
         )?;
-        match &p.varlen {
-            None => write!(f, "  batched: {} entries", p.q.batch),
+        match &p.varlen() {
+            None => write!(f, "  batched: {} entries", p.q().batch),
             Some(vl) => {
                 write!(f, "  varlen: cu_seqlens_q {:?}, cu_seqlens_k {:?}", vl.cu_seqlens_q, vl.cu_seqlens_k)
             }

@@ -49,7 +49,7 @@ fn dot_abs_f64(a: &[f64], b: &[f64]) -> f64 {
 /// Panics unless the buffers cover the layouts of `problem` (a test bug, not an input error).
 fn assert_covers(problem: &Problem, lens: [usize; 3]) {
     for ((name, layout), len) in
-        [("q", &problem.q), ("k", &problem.k), ("v", &problem.v)].into_iter().zip(lens)
+        [("q", &problem.q()), ("k", &problem.k()), ("v", &problem.v())].into_iter().zip(lens)
     {
         let need = layout.required_len().expect("a validated layout does not overflow");
         assert!(len >= need, "oracle: {name} has {len} elements, its layout needs {need}");
@@ -66,10 +66,10 @@ fn assert_covers(problem: &Problem, lens: [usize; 3]) {
 /// use), taken exactly.
 pub fn attention_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
     assert_covers(problem, [q.len(), k.len(), v.len()]);
-    let d = problem.q.head_dim;
+    let d = problem.q().head_dim;
     let group = problem.group_size();
-    let scale = f64::from(problem.scale);
-    let out_len = problem.o.required_len().expect("a validated layout does not overflow");
+    let scale = f64::from(problem.scale());
+    let out_len = problem.o().required_len().expect("a validated layout does not overflow");
     let mut out = vec![0.0f64; out_len];
     let mut lse = vec![f64::NEG_INFINITY; problem.lse_len()];
     let mut row_magnitude = vec![0.0f64; problem.lse_len()];
@@ -81,7 +81,7 @@ pub fn attention_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> Refe
     for_each_row(problem, |c, row| {
         let seq = problem.sequence(c.seq);
         let (b, t, h, kh) = (c.b, c.t, c.h, c.h / group);
-        let qo = problem.q.offset(b, c.s, h);
+        let qo = problem.q().offset(b, c.s, h);
         let q_row = &q[qo..qo + d];
         scores.clear();
         let mut magnitude = 0.0f64;
@@ -89,14 +89,14 @@ pub fn attention_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> Refe
             if !problem.visible(t, j, seq.len_q, seq.len_k) {
                 continue;
             }
-            let ko = problem.k.offset(b, seq.k_start + j, kh);
+            let ko = problem.k().offset(b, seq.k_start + j, kh);
             let k_row = &k[ko..ko + d];
             scores.push((j, scale * dot_f64(q_row, k_row)));
             magnitude = magnitude.max(scale * dot_abs_f64(q_row, k_row));
         }
         row_magnitude[row] = magnitude;
         row_keys[row] = scores.len();
-        let oo = problem.o.offset(b, c.s, h);
+        let oo = problem.o().offset(b, c.s, h);
         if scores.is_empty() {
             out[oo..oo + d].fill(0.0);
             lse[row] = f64::NEG_INFINITY;
@@ -108,7 +108,7 @@ pub fn attention_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> Refe
         for &(j, s) in &scores {
             let w = (s - max).exp();
             norm += w;
-            let vo = problem.v.offset(b, seq.k_start + j, kh);
+            let vo = problem.v().offset(b, seq.k_start + j, kh);
             for (o, &x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
                 *o += w * x;
             }
@@ -142,10 +142,10 @@ fn round<T: Element>(x: f32) -> f32 {
 /// exceed by more than a small factor.
 pub fn baseline<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T]) -> Vec<T> {
     assert_covers(problem, [q.len(), k.len(), v.len()]);
-    let d = problem.q.head_dim;
+    let d = problem.q().head_dim;
     let group = problem.group_size();
-    let scale = problem.scale;
-    let out_len = problem.o.required_len().expect("a validated layout does not overflow");
+    let scale = problem.scale();
+    let out_len = problem.o().required_len().expect("a validated layout does not overflow");
     let mut out = vec![T::from_f32(0.0); out_len];
 
     let mut scores: Vec<(usize, f32)> = Vec::new();
@@ -153,17 +153,17 @@ pub fn baseline<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T]) -> Vec
     for_each_row(problem, |c, _| {
         let seq = problem.sequence(c.seq);
         let (b, t, h, kh) = (c.b, c.t, c.h, c.h / group);
-        let qo = problem.q.offset(b, c.s, h);
+        let qo = problem.q().offset(b, c.s, h);
         let q_row = &q[qo..qo + d];
         scores.clear();
         for j in 0..seq.len_k {
             if problem.visible(t, j, seq.len_q, seq.len_k) {
-                let ko = problem.k.offset(b, seq.k_start + j, kh);
+                let ko = problem.k().offset(b, seq.k_start + j, kh);
                 let s = round::<T>(dot_f32(q_row, &k[ko..ko + d]));
                 scores.push((j, scale * s));
             }
         }
-        let oo = problem.o.offset(b, c.s, h);
+        let oo = problem.o().offset(b, c.s, h);
         if scores.is_empty() {
             out[oo..oo + d].fill(T::from_f32(0.0));
             return;
@@ -177,7 +177,7 @@ pub fn baseline<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T]) -> Vec
         o_row.fill(0.0);
         for &(j, e) in &scores {
             let p = round::<T>(e / norm);
-            let vo = problem.v.offset(b, seq.k_start + j, kh);
+            let vo = problem.v().offset(b, seq.k_start + j, kh);
             for (o, x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
                 *o += p * x.to_f32();
             }
@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn varlen_and_gqa_address_the_right_rows() {
         // Two sequences (q lens 1, 2; k lens 2, 1), 2 query heads sharing one kv head.
-        let vl = VarLen::from_lengths(&[1, 2], &[2, 1]);
+        let vl = VarLen::from_lengths(&[1, 2], &[2, 1]).unwrap();
         let lq = Layout::packed(3, 2, 1);
         let lk = Layout::packed(3, 1, 1);
         let p =

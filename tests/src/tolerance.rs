@@ -212,7 +212,7 @@ pub fn output_errors<T: Element>(case: &Case<T>, out: &[T]) -> OutputErrors {
             case.v.iter().map(|x| f64::from(x.to_f32()).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max);
         let magnitude = r.row_magnitude.iter().copied().fold(0.0, f64::max);
         let keys = r.row_keys.iter().copied().max().unwrap_or(0);
-        e.f32_bound = Some(f32_bound(v_max, magnitude, keys, p.q.head_dim));
+        e.f32_bound = Some(f32_bound(v_max, magnitude, keys, p.q().head_dim));
     }
     e
 }
@@ -303,7 +303,7 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
                 }
                 return;
             }
-            let bound = lse_bound(reference, r.row_magnitude[row], r.row_keys[row], p.q.head_dim);
+            let bound = lse_bound(reference, r.row_magnitude[row], r.row_keys[row], p.q().head_dim);
             let e = (value - reference).abs();
             if !value.is_finite() || e > bound {
                 failure = fail(format!("lse error {e:.3e} exceeds its bound {bound:.3e}"));

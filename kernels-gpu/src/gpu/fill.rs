@@ -39,9 +39,10 @@ unsafe fn fill_rows<W: Copy>(p: &FillRowsParams, value: W) {
 /// The element index of flat position `i` of a [`FillRowsParams`] tensor.
 #[inline(always)]
 fn row_element(p: &FillRowsParams, i: u64) -> u64 {
-    let cols = p.cols as u64;
+    // `max(1)`: never 0 from the host (an empty fill launches nothing); it spares a panic path.
+    let (cols, heads) = (p.cols.max(1) as u64, p.heads.max(1) as u64);
     let (row, col) = (i / cols, i % cols);
-    let (token, head) = (row / p.heads as u64, row % p.heads as u64);
+    let (token, head) = (row / heads, row % heads);
     token * p.seq_stride + head * p.head_stride + col
 }
 

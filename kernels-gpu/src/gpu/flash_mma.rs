@@ -24,10 +24,10 @@ use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x, thread_x_opaque};
 use super::sequence::SeqView;
-use crate::config::{MMA_CONFIGS, MmaConfig};
+use crate::config::MmaConfig;
 use crate::mask;
-use crate::params::AttnParams;
-use crate::softmax::OnlineSoftmax;
+use crate::params::{AttnParams, lse_index};
+use crate::softmax::{BlockStep, OnlineSoftmax};
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
 #[inline(always)]
@@ -102,6 +102,32 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
     }
 }
 
+/// Turns a tile's scores into probabilities in place and adds them to each row's running sum:
+/// with one FMA per score (`EXACT = false`), or by subtracting the maximum first.
+#[inline(always)]
+fn to_probs<const MI: usize, const NT: usize, const EXACT: bool>(
+    s: &mut [[[f32; 4]; NT]; MI],
+    steps: &[[BlockStep; 2]; MI],
+    state: &mut [[OnlineSoftmax; 2]; MI],
+    scale_log2: f32,
+) {
+    for mi in 0..MI {
+        for half in 0..2 {
+            let step = steps[mi][half];
+            let mut sum = 0.0;
+            for st in s[mi].iter_mut() {
+                for e in 0..2 {
+                    let x = st[2 * half + e];
+                    let x = if EXACT { step.prob_exact(x, scale_log2) } else { step.prob(x, scale_log2) };
+                    st[2 * half + e] = x;
+                    sum += x;
+                }
+            }
+            state[mi][half].add(sum);
+        }
+    }
+}
+
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
 /// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
@@ -147,7 +173,8 @@ unsafe fn flash_fwd_mma<
     if m0 >= seq.len_q {
         return;
     }
-    let kv_h = h / p.group;
+    // `max(1)`: the host never passes 0, and the compiler then needs no division-by-zero panic.
+    let kv_h = h / p.group.max(1);
     let chunks = D as u32 / 8;
     let q_tile = shared::base();
     let k_tile = q_tile + 2 * (BM * D) as u32;
@@ -284,26 +311,24 @@ unsafe fn flash_fwd_mma<
         }
 
         // Online softmax on the accumulators: rows g (elements 0, 1) and g+8 (elements 2, 3).
-        let mut alphas = [[1.0f32; 2]; MI];
+        let mut steps = [[OnlineSoftmax::new().current(p.scale_log2); 2]; MI];
         for mi in 0..MI {
             for half in 0..2 {
                 let mut m = f32::NEG_INFINITY;
                 for st in &s[mi] {
                     m = m.max(st[2 * half]).max(st[2 * half + 1]);
                 }
-                let step = state[mi][half].step(shuffle::max4(m), p.scale_log2);
-                let mut sum = 0.0;
-                for st in s[mi].iter_mut() {
-                    for e in 0..2 {
-                        let x = step.prob(st[2 * half + e], p.scale_log2);
-                        st[2 * half + e] = x;
-                        sum += x;
-                    }
-                }
-                state[mi][half].add(sum);
-                alphas[mi][half] = step.alpha;
+                steps[mi][half] = state[mi][half].step(shuffle::max4(m), p.scale_log2);
             }
         }
+        // One FMA per score unless some row's maximum is too large for it (a huge scale): a
+        // warp-uniform choice, once per tile (see `softmax`).
+        if shuffle::all(steps.iter().flatten().all(|st| st.fused_ok())) {
+            to_probs::<MI, NT, false>(&mut s, &steps, &mut state, p.scale_log2);
+        } else {
+            to_probs::<MI, NT, true>(&mut s, &steps, &mut state, p.scale_log2);
+        }
+        let alphas = steps.map(|m| m.map(|st| st.alpha));
         // Rescale the output only when some row's maximum moved (α = 1 exactly otherwise, and
         // multiplying by 1 changes nothing): once the maxima settle, most tiles skip it.
         if !shuffle::all(alphas.iter().flatten().all(|&a| a == 1.0)) {
@@ -360,9 +385,7 @@ unsafe fn flash_fwd_mma<
             }
             let row = m0 + local;
             if t4 == 0 && p.lse != 0 && row < seq.len_q {
-                let idx = (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64
-                    + seq.q_start
-                    + row as u64;
+                let idx = lse_index(seq.batch, p.heads_q as u64, h as u64, p.lse_seq_stride as u64, seq.q_start, row as u64);
                 // SAFETY: inside the log-sum-exp output (host sizing).
                 unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
             }
@@ -384,55 +407,45 @@ unsafe fn flash_fwd_mma<
     }
 }
 
-macro_rules! mma_kernels {
-    ($($name:ident => $elem:ty, $index:expr;)*) => {$(
-        /// Tensor-core flash-attention forward kernel (see the module docs); its configuration
-        /// is `MMA_CONFIGS[index]`.
-        ///
-        /// # Safety
-        /// See [`flash_fwd_mma`].
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: AttnParams) {
-            const C: MmaConfig = MMA_CONFIGS[$index];
-            const MI: usize = (C.block_m / (16 * C.warps)) as usize;
-            const KQ: usize = if C.q_in_registers() { (C.head_dim / 16) as usize } else { 1 };
-            // SAFETY: forwarded contract.
-            unsafe {
-                flash_fwd_mma::<
-                    $elem,
-                    { C.head_dim as usize },
-                    { C.block_m as usize },
-                    { C.block_n as usize },
-                    { C.warps as usize },
-                    MI,
-                    { (C.block_n / 8) as usize },
-                    { (C.head_dim / 8) as usize },
-                    { C.q_in_registers() },
-                    KQ,
-                    { C.threads() as usize },
-                    { C.v_stages as usize },
-                >(&p)
+/// One exported entry per instance of [`crate::for_each_mma_instance!`] and element type; its
+/// name is [`crate::mma_kernel_name!`]'s, which is also the host's.
+macro_rules! mma_entries {
+    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal))*) => {
+        $( mma_entries!(@one F16, "f16", $d, $m, $n, $w, $b, $v);
+           mma_entries!(@one Bf16, "bf16", $d, $m, $n, $w, $b, $v); )*
+    };
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal) => {
+        const _: () = {
+            /// Tensor-core flash-attention forward kernel (see the module docs).
+            ///
+            /// # Safety
+            /// See [`flash_fwd_mma`].
+            #[unsafe(export_name = crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v))]
+            pub unsafe extern "ptx-kernel" fn entry(p: AttnParams) {
+                const C: MmaConfig =
+                    MmaConfig { head_dim: $d, block_m: $m, block_n: $n, warps: $w, min_blocks: $b, v_stages: $v };
+                const MI: usize = (C.block_m / (16 * C.warps)) as usize;
+                const KQ: usize = if C.q_in_registers() { (C.head_dim / 16) as usize } else { 1 };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    flash_fwd_mma::<
+                        $elem,
+                        { C.head_dim as usize },
+                        { C.block_m as usize },
+                        { C.block_n as usize },
+                        { C.warps as usize },
+                        MI,
+                        { (C.block_n / 8) as usize },
+                        { (C.head_dim / 8) as usize },
+                        { C.q_in_registers() },
+                        KQ,
+                        { C.threads() as usize },
+                        { C.v_stages as usize },
+                    >(&p)
+                }
             }
-        }
-    )*};
+        };
+    };
 }
 
-// Names and order as `MMA_KERNELS` (checked by a unit test of `config`).
-mma_kernels! {
-    flash_fwd_mma_f16_d64_m128_n96_w4_b1_v2 => F16, 0;
-    flash_fwd_mma_f16_d64_m128_n64_w4_b1_v1 => F16, 1;
-    flash_fwd_mma_f16_d64_m64_n64_w4_b3_v2 => F16, 2;
-    flash_fwd_mma_f16_d128_m128_n64_w4_b1_v2 => F16, 3;
-    flash_fwd_mma_f16_d128_m128_n32_w4_b1_v2 => F16, 4;
-    flash_fwd_mma_f16_d128_m64_n64_w4_b1_v1 => F16, 5;
-    flash_fwd_mma_f16_d256_m64_n64_w4_b1_v1 => F16, 6;
-    flash_fwd_mma_f16_d256_m128_n64_w8_b1_v1 => F16, 7;
-    flash_fwd_mma_bf16_d64_m128_n96_w4_b1_v2 => Bf16, 0;
-    flash_fwd_mma_bf16_d64_m128_n64_w4_b1_v1 => Bf16, 1;
-    flash_fwd_mma_bf16_d64_m64_n64_w4_b3_v2 => Bf16, 2;
-    flash_fwd_mma_bf16_d128_m128_n64_w4_b1_v2 => Bf16, 3;
-    flash_fwd_mma_bf16_d128_m128_n32_w4_b1_v2 => Bf16, 4;
-    flash_fwd_mma_bf16_d128_m64_n64_w4_b1_v1 => Bf16, 5;
-    flash_fwd_mma_bf16_d256_m64_n64_w4_b1_v1 => Bf16, 6;
-    flash_fwd_mma_bf16_d256_m128_n64_w8_b1_v1 => Bf16, 7;
-}
+crate::for_each_mma_instance!(mma_entries);

@@ -19,7 +19,7 @@ use super::arch::thread::{block_dim_x, block_x, block_y, block_z, sync_threads, 
 use super::sequence::SeqView;
 use crate::mask;
 use crate::math::fma;
-use crate::params::{AttnParams, SIMT_KEY_CHUNK, SIMT_ROW_PAD, SIMT_THREADS_PER_ROW};
+use crate::params::{AttnParams, SIMT_KEY_CHUNK, SIMT_ROW_PAD, SIMT_THREADS_PER_ROW, lse_index};
 use crate::softmax::OnlineSoftmax;
 
 const TPR: u32 = SIMT_THREADS_PER_ROW;
@@ -85,7 +85,8 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
     if m0 >= seq.len_q {
         return; // the whole block: this sequence is shorter than the longest one
     }
-    let kv_h = h / p.group;
+    // `max(1)`: the host never passes 0, and the compiler then needs no division-by-zero panic.
+    let kv_h = h / p.group.max(1);
     let d = p.head_dim;
     let causal = p.causal != 0;
     let pitch_qk = D as u32 + SIMT_ROW_PAD;
@@ -184,7 +185,7 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
             let mut probs = [0.0f32; SCORES];
             let mut sum = 0.0;
             for (pi, &si) in probs.iter_mut().zip(&s) {
-                *pi = step.prob(si, p.scale_log2);
+                *pi = step.prob_any(si, p.scale_log2);
                 sum += *pi;
             }
             state.add(sum);
@@ -229,40 +230,35 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
             g += 1;
         }
         if sub == 0 && p.lse != 0 {
-            let idx =
-                (seq.batch * p.heads_q as u64 + h as u64) * p.lse_seq_stride as u64 + seq.q_start + t as u64;
+            let idx = lse_index(seq.batch, p.heads_q as u64, h as u64, p.lse_seq_stride as u64, seq.q_start, t as u64);
             // SAFETY: inside the log-sum-exp output (host sizing).
             unsafe { store_f32(p.lse + 4 * idx, res.lse) };
         }
     }
 }
 
-macro_rules! simt_kernels {
-    ($($name:ident => $storage:ty, $d:literal, $dq:literal;)*) => {$(
-        /// General flash-attention forward kernel (see the module docs).
-        ///
-        /// # Safety
-        /// See [`flash_fwd_simt`].
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: AttnParams) {
-            // SAFETY: forwarded contract.
-            unsafe { flash_fwd_simt::<$storage, $d, $dq>(&p) }
-        }
-    )*};
+/// One exported entry per instance of [`crate::for_each_simt_instance!`] and storage type; its
+/// name is [`crate::simt_kernel_name!`]'s, which is also the host's.
+macro_rules! simt_entries {
+    (() $(($d:literal, $dq:literal))*) => {
+        $( simt_entries!(@one F16, "f16", $d, $dq);
+           simt_entries!(@one Bf16, "bf16", $d, $dq);
+           simt_entries!(@one F32, "f32", $d, $dq); )*
+    };
+    (@one $storage:ty, $dt:literal, $d:literal, $dq:literal) => {
+        const _: () = {
+            /// General flash-attention forward kernel (see the module docs).
+            ///
+            /// # Safety
+            /// See [`flash_fwd_simt`].
+            #[unsafe(export_name = crate::simt_kernel_name!($dt, $d))]
+            pub unsafe extern "ptx-kernel" fn entry(p: AttnParams) {
+                // SAFETY: forwarded contract.
+                unsafe { flash_fwd_simt::<$storage, $d, $dq>(&p) }
+            }
+        };
+    };
 }
 
 use super::arch::global::{Bf16, F16, F32};
-simt_kernels! {
-    flash_fwd_simt_f16_d32 => F16, 32, 8;
-    flash_fwd_simt_f16_d64 => F16, 64, 16;
-    flash_fwd_simt_f16_d128 => F16, 128, 32;
-    flash_fwd_simt_f16_d256 => F16, 256, 64;
-    flash_fwd_simt_bf16_d32 => Bf16, 32, 8;
-    flash_fwd_simt_bf16_d64 => Bf16, 64, 16;
-    flash_fwd_simt_bf16_d128 => Bf16, 128, 32;
-    flash_fwd_simt_bf16_d256 => Bf16, 256, 64;
-    flash_fwd_simt_f32_d32 => F32, 32, 8;
-    flash_fwd_simt_f32_d64 => F32, 64, 16;
-    flash_fwd_simt_f32_d128 => F32, 128, 32;
-    flash_fwd_simt_f32_d256 => F32, 256, 64;
-}
+crate::for_each_simt_instance!(simt_entries);

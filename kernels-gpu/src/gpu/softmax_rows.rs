@@ -52,7 +52,9 @@ fn block_merge(mut st: OnlineSoftmax, scale_log2: f32, scratch: u32) -> OnlineSo
 unsafe fn softmax_rows<E: Storage>(p: &SoftmaxParams) {
     let r = block_x();
     let tid = thread_x();
-    let (head, t) = (r / p.len_q, r % p.len_q);
+    // `max(1)`: never 0 from the host (no rows, no launch); it spares a panic path.
+    let len_q = p.len_q.max(1);
+    let (head, t) = (r / len_q, r % len_q);
     let s_row = p.s + 4 * r as u64 * p.len_k as u64;
     let p_row = p.p + E::BYTES * r as u64 * p.len_k as u64;
     let causal = p.causal != 0;
@@ -69,7 +71,7 @@ unsafe fn softmax_rows<E: Storage>(p: &SoftmaxParams) {
     while j < p.len_k {
         let s = score(j);
         let step = st.step(s, p.scale_log2);
-        st.add(step.prob(s, p.scale_log2));
+        st.add(step.prob_any(s, p.scale_log2));
         j += SOFTMAX_THREADS;
     }
     let st = block_merge(st, p.scale_log2, shared::base());
@@ -77,13 +79,13 @@ unsafe fn softmax_rows<E: Storage>(p: &SoftmaxParams) {
     let step = st.current(p.scale_log2);
     let mut j = tid;
     while j < p.len_k {
-        let prob = step.prob(score(j), p.scale_log2) * res.inv_sum;
+        let prob = step.prob_any(score(j), p.scale_log2) * res.inv_sum;
         // SAFETY: j < len_k: inside the row.
         unsafe { E::store(p_row + E::BYTES * j as u64, prob) };
         j += SOFTMAX_THREADS;
     }
     if tid == 0 && p.lse != 0 {
-        let idx = head as u64 * p.lse_head_stride as u64 + t as u64;
+        let idx = crate::params::lse_index(0, 0, head as u64, p.lse_head_stride as u64, 0, t as u64);
         // SAFETY: inside the log-sum-exp output (host sizing).
         unsafe { store_f32(p.lse + 4 * idx, res.lse) };
     }

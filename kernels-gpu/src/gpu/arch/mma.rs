@@ -6,6 +6,9 @@
 //! - B (16×8, "col": element (k, n) with k fastest) in 2 registers: `b0` = (k 2t..2t+1, n g),
 //!   `b1` = (k 2t+8.., n g);
 //! - C/D (16×8, f32) in 4 registers: `c0, c1` = (row g, cols 2t, 2t+1), `c2, c3` = (row g+8, …).
+//!
+//! Precondition of every `mma` call: the whole warp is converged there (`.aligned`): callers
+//! keep it out of lane-dependent branches.
 
 use core::arch::asm;
 
@@ -29,13 +32,16 @@ macro_rules! mma_element {
             #[inline(always)]
             fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32) {
                 // SAFETY: register-only warp-wide instruction; all lanes of the warp execute it.
+                // Not `pure`: a warp-collective instruction must not be moved into (or out of)
+                // lane-dependent control flow, and without `pure` LLVM treats it as having side
+                // effects, which it never sinks, hoists or merges across branches.
                 unsafe {
                     asm!(
                         concat!("mma.sync.aligned.m16n8k16.row.col.f32.", $ptx, ".", $ptx, ".f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};"),
                         d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
                         a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
                         b0 = in(reg32) b0, b1 = in(reg32) b1,
-                        options(pure, nomem, nostack),
+                        options(nomem, nostack),
                     )
                 };
             }

@@ -55,10 +55,15 @@ pub fn grid_dim_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
-/// `bar.sync 0`: every thread of the block waits here; orders shared-memory accesses before it
-/// against those after it.
+/// `barrier.sync 0`: every thread of the block waits here; orders shared-memory accesses before
+/// it against those after it.
+///
+/// Precondition: every thread of the block reaches the same barrier (callers keep it out of
+/// thread-dependent branches; a block that returns early returns as a whole, before any barrier).
+/// Written as `asm!` rather than an intrinsic so that the instruction is the one named here, and
+/// not `pure` (a barrier must never be moved or merged).
 #[inline(always)]
 pub fn sync_threads() {
-    // SAFETY: a barrier; all threads of the block reach it (callers keep it out of divergent code).
-    unsafe { nvptx::_syncthreads() }
+    // SAFETY: a barrier; all threads of the block reach it (see the precondition).
+    unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) }
 }

@@ -1,0 +1,568 @@
+//! Planning: which launches run an attention call, as a pure function of the device's
+//! properties, the dtype, the validated problem and the options.
+//!
+//! [`plan`] needs no GPU: it reads [`DeviceProps`] (real ones from [`crate::Device::props`], or
+//! [`DeviceProps::a100`] / [`DeviceProps::h200`] on a machine without one), so every planning
+//! rule is tested on the CPU. A [`Plan`] lists its launches and, for `Method::Auto`, why each
+//! faster path was not taken.
+
+use flashattn_kernels::config::{MMA_CONFIGS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_default, mma_find};
+use flashattn_kernels::params::{SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS};
+use flashattn_kernels::registry::{Family, Target};
+
+use crate::buffer::DType;
+use crate::device::DeviceProps;
+use crate::error::InvalidInput;
+use crate::problem::{AttentionOptions, Layout, Method, Problem, Tiles};
+use crate::registry::{KernelId, elem};
+
+/// CUDA's grid limits: x up to 2³¹ − 1, y and z up to 65535.
+pub const MAX_GRID: [u64; 3] = [(1 << 31) - 1, 65_535, 65_535];
+
+/// Elements per 16-byte row chunk of a 16-bit tensor: the tensor-core kernel copies rows in
+/// 16-byte pieces, so every stride that moves must be a multiple of this.
+pub const TC_STRIDE_ALIGN: usize = 8;
+
+/// Why a method cannot run a problem (typed, so that callers can act on it; `Display` says it
+/// in words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The kernel is not built for this element type.
+    DType {
+        /// The dtype asked for.
+        dtype: DType,
+    },
+    /// The kernel is not instantiated for this head dimension.
+    HeadDim {
+        /// The problem's head dimension.
+        head_dim: usize,
+        /// The head dimensions it runs.
+        supported: Vec<u32>,
+    },
+    /// A stride of a dimension that moves (extent > 1) is not a multiple of `multiple_of`
+    /// elements.
+    Alignment {
+        /// q, k, v or o.
+        tensor: &'static str,
+        /// Its (batch, seq, head) strides.
+        strides: [usize; 3],
+        /// The required multiple, in elements.
+        multiple_of: usize,
+    },
+    /// The tile override is not one this method can run.
+    Tiles(TileError),
+    /// The kernel needs more shared memory per block than the device has.
+    SharedMemory {
+        /// Bytes per block needed.
+        needed: u32,
+        /// The device's limit.
+        limit: u32,
+    },
+    /// The launch grid would exceed CUDA's limits ([`MAX_GRID`]).
+    Grid {
+        /// The grid it would need (x, y, z).
+        grid: [u64; 3],
+    },
+    /// A count or size exceeds what the method handles.
+    TooLarge {
+        /// What.
+        what: &'static str,
+        /// The value.
+        value: u128,
+        /// The largest allowed.
+        limit: u128,
+    },
+    /// cuBLAS needs each matrix's leading dimension (the token stride) to be at least the head
+    /// dimension: rows may not overlap or broadcast on the standard path.
+    GemmStride {
+        /// q, k, v or o.
+        tensor: &'static str,
+        /// Its token stride.
+        seq_stride: usize,
+        /// The head dimension.
+        head_dim: usize,
+    },
+    /// The kernel is not in this device's PTX (a kernel built for another architecture).
+    Target {
+        /// The kernel.
+        kernel: &'static str,
+        /// The device's PTX target.
+        target: &'static str,
+    },
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::DType { dtype } => write!(f, "{dtype} (it runs f16 and bf16)"),
+            Reason::HeadDim { head_dim, supported } => {
+                write!(f, "head dim {head_dim} (it runs head dims {supported:?})")
+            }
+            Reason::Alignment { tensor, strides, multiple_of } => write!(
+                f,
+                "{tensor}'s strides {strides:?}: strides of dimensions longer than 1 must be multiples of \
+                 {multiple_of} elements (16-byte rows)"
+            ),
+            Reason::Tiles(t) => write!(f, "the tile override: {t}"),
+            Reason::SharedMemory { needed, limit } => write!(
+                f,
+                "this device: it needs {needed} bytes of shared memory per block, the device allows {limit}"
+            ),
+            Reason::Grid { grid } => write!(
+                f,
+                "a launch grid of {grid:?} blocks (CUDA allows {MAX_GRID:?}): split the batch or the heads"
+            ),
+            Reason::TooLarge { what, value, limit } => write!(f, "{what} of {value} (at most {limit})"),
+            Reason::GemmStride { tensor, seq_stride, head_dim } => write!(
+                f,
+                "{tensor}'s token stride {seq_stride}: cuBLAS needs it to be at least the head dim {head_dim} \
+                 (use a flash method for broadcast or overlapping rows)"
+            ),
+            Reason::Target { kernel, target } => write!(f, "this device: kernel `{kernel}` is not built for {target}"),
+        }
+    }
+}
+
+/// Why a tile override was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TileError {
+    /// Tiles of 0 rows or keys.
+    Zero,
+    /// The method has no tiles to override (standard attention).
+    NotTiled,
+    /// The tensor-core kernel has no instance with these tiles for this head dim.
+    NotInstantiated {
+        /// The head dim.
+        head_dim: usize,
+        /// Its instantiated `(block_m, block_n)`.
+        available: Vec<(u32, u32)>,
+    },
+    /// The general kernel's `block_m` must be one of these.
+    BlockM {
+        /// Allowed values.
+        allowed: &'static [u32],
+    },
+    /// The general kernel's `block_n` must be a multiple of `multiple_of` up to `max`.
+    BlockN {
+        /// The multiple.
+        multiple_of: u32,
+        /// The largest.
+        max: u32,
+    },
+    /// The tiles need more shared memory than the device has.
+    SharedMemory {
+        /// Bytes needed.
+        needed: u32,
+        /// The device's limit.
+        limit: u32,
+    },
+}
+
+impl std::fmt::Display for TileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TileError::Zero => f.write_str("tiles need block_m ≥ 1 and block_n ≥ 1"),
+            TileError::NotTiled => f.write_str("this method has no tiles to override"),
+            TileError::NotInstantiated { head_dim, available } => {
+                let have: Vec<String> = available.iter().map(|(m, n)| format!("{m}x{n}")).collect();
+                write!(f, "for d = {head_dim} it has the tiles {}", have.join(", "))
+            }
+            TileError::BlockM { allowed } => write!(f, "block_m must be one of {allowed:?}"),
+            TileError::BlockN { multiple_of, max } => {
+                write!(f, "block_n must be a multiple of {multiple_of} up to {max}")
+            }
+            TileError::SharedMemory { needed, limit } => write!(
+                f,
+                "they need {needed} bytes of shared memory per block, the device allows {limit}"
+            ),
+        }
+    }
+}
+
+/// What one launch of a plan is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchKind {
+    /// A kernel of this library (its PTX entry name).
+    Kernel(&'static str),
+    /// A cuBLAS strided-batched GEMM (standard attention), with what it computes.
+    Gemm(&'static str),
+}
+
+/// One launch of a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The kernel or library call.
+    pub kind: LaunchKind,
+    /// Blocks (x, y, z); (0, 0, 0) for a GEMM (cuBLAS picks its own).
+    pub grid: (u32, u32, u32),
+    /// Threads per block (0 for a GEMM).
+    pub threads: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+    /// How many times it runs (one per head group for the standard path's GEMMs).
+    pub count: u32,
+    pub(crate) kernel: Option<KernelId>,
+}
+
+/// A faster method that was not taken, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotTaken {
+    /// The method.
+    pub method: Method,
+    /// Why not.
+    pub reason: Reason,
+}
+
+/// How a call runs: the method, its launches in order, the tiles of the flash kernels, the
+/// device memory it allocates beyond its inputs and outputs, and (for `Method::Auto`) the faster
+/// paths it did not take.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The method that runs (never `Auto`).
+    pub method: Method,
+    /// The launches, in order (none for an empty problem).
+    pub launches: Vec<Launch>,
+    /// Query rows per block × keys per tile of the flash kernels (`None` for standard attention).
+    pub tiles: Option<(usize, usize)>,
+    /// Device memory allocated by the call beyond its inputs and outputs, bytes (the N×N scores
+    /// and probabilities for `Standard`, the sequence offsets for varlen).
+    pub scratch_bytes: u64,
+    /// Faster methods not taken, with the reason (filled for `Method::Auto`).
+    pub not_taken: Vec<NotTaken>,
+}
+
+impl Plan {
+    /// The main launch: the attention kernel of a flash method, the softmax of standard
+    /// attention.
+    pub fn main_launch(&self) -> Option<&Launch> {
+        self.launches.iter().find(|l| matches!(l.kind, LaunchKind::Kernel(_)))
+    }
+
+    /// The name of the main kernel, or `""` for an empty problem.
+    pub fn kernel(&self) -> &'static str {
+        match self.main_launch().map(|l| l.kind) {
+            Some(LaunchKind::Kernel(k)) => k,
+            _ => "",
+        }
+    }
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.method)?;
+        if let Some((m, n)) = self.tiles {
+            write!(f, ", tiles {m}×{n}")?;
+        }
+        write!(f, ", {} B extra device memory", self.scratch_bytes)?;
+        if self.launches.is_empty() {
+            f.write_str("; nothing to launch (empty problem)")?;
+        }
+        for l in &self.launches {
+            match l.kind {
+                LaunchKind::Kernel(k) => write!(
+                    f,
+                    "; `{k}` grid {:?}, {} threads, {} B shared memory",
+                    l.grid, l.threads, l.shared_bytes
+                )?,
+                LaunchKind::Gemm(what) => write!(f, "; cuBLAS GEMM {what} ×{}", l.count)?,
+            }
+        }
+        for n in &self.not_taken {
+            write!(f, "; not {}: {}", n.method, n.reason)?;
+        }
+        Ok(())
+    }
+}
+
+impl DeviceProps {
+    /// An NVIDIA A100 (SXM, 80 GB) as the planner sees it: for planning without a GPU.
+    pub fn a100() -> DeviceProps {
+        DeviceProps {
+            ordinal: 0,
+            name: "NVIDIA A100 (synthetic)".into(),
+            compute_capability: (8, 0),
+            sm_count: 108,
+            max_shared_per_block: 163 * 1024,
+            shared_per_sm: 164 * 1024,
+            l2_bytes: 40 << 20,
+            total_memory: 80 << 30,
+            driver_version: 13000,
+            ptx_target: Target::Sm80.name(),
+        }
+    }
+
+    /// An NVIDIA H200 (SXM) as the planner sees it: for planning without a GPU.
+    pub fn h200() -> DeviceProps {
+        DeviceProps {
+            ordinal: 0,
+            name: "NVIDIA H200 (synthetic)".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            max_shared_per_block: 227 * 1024,
+            shared_per_sm: 228 * 1024,
+            l2_bytes: 60 << 20,
+            total_memory: 141 << 30,
+            driver_version: 13000,
+            ptx_target: Target::Sm90a.name(),
+        }
+    }
+
+    /// The PTX target this device loads.
+    pub fn target(&self) -> Option<Target> {
+        Target::for_compute_capability(self.compute_capability.0, self.compute_capability.1)
+    }
+}
+
+/// The plan of an attention call: which launches run it on a device with `props`, for element
+/// type `dtype`. Pure: no GPU needed. Refusals are [`InvalidInput::Unsupported`] (the method
+/// cannot run the problem) or [`InvalidInput::Tiles`] (a bad override), never a failed launch.
+pub fn plan(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let mut plan = match opts.method {
+        Method::Flash => plan_simt(props, dtype, problem, opts.tiles),
+        Method::FlashTensorCore => plan_mma(props, dtype, problem, opts.tiles),
+        Method::Standard => plan_standard(dtype, problem, opts.tiles),
+        Method::Auto => plan_mma(props, dtype, problem, opts.tiles).or_else(|refused| {
+            let mut simt = plan_simt(props, dtype, problem, opts.tiles)?;
+            let reason = match refused {
+                InvalidInput::Unsupported { reason, .. } => reason,
+                InvalidInput::Tiles { reason, .. } => Reason::Tiles(reason),
+                other => return Err(other),
+            };
+            simt.not_taken.push(NotTaken { method: Method::FlashTensorCore, reason });
+            Ok(simt)
+        }),
+    }?;
+    if problem.is_empty() {
+        plan.launches.clear();
+        plan.scratch_bytes = 0;
+    }
+    Ok(plan)
+}
+
+fn unsupported(method: Method, reason: Reason) -> InvalidInput {
+    InvalidInput::Unsupported { method, reason }
+}
+
+fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
+    InvalidInput::Tiles { method, block_m: tiles.block_m, block_n: tiles.block_n, reason }
+}
+
+/// Grid of the flash kernels: query tiles of the longest sequence × heads × sequences, within
+/// CUDA's limits.
+fn flash_grid(method: Method, problem: &Problem, block_m: u32) -> Result<(u32, u32, u32), InvalidInput> {
+    let grid = [
+        problem.max_lens().0.div_ceil(block_m as usize) as u64,
+        problem.q().heads as u64,
+        problem.batch() as u64,
+    ];
+    if grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
+        return Err(unsupported(method, Reason::Grid { grid }));
+    }
+    Ok((grid[0] as u32, grid[1] as u32, grid[2] as u32))
+}
+
+/// Device bytes a call allocates for variable-length offsets.
+fn offsets_bytes(problem: &Problem) -> u64 {
+    problem.varlen().map_or(0, |v| 8 * v.cu_seqlens_q.len() as u64)
+}
+
+fn flash_plan(
+    method: Method,
+    problem: &Problem,
+    kernel: KernelId,
+    (block_m, block_n): (u32, u32),
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<Plan, InvalidInput> {
+    let grid = flash_grid(method, problem, block_m)?;
+    let launch = Launch {
+        kind: LaunchKind::Kernel(kernel.name()),
+        grid,
+        threads,
+        shared_bytes,
+        count: 1,
+        kernel: Some(kernel),
+    };
+    Ok(Plan {
+        method,
+        launches: vec![launch],
+        tiles: Some((block_m as usize, block_n as usize)),
+        scratch_bytes: offsets_bytes(problem),
+        not_taken: Vec::new(),
+    })
+}
+
+/// The kernel of `family` if it exists on the device's target.
+fn kernel_on(method: Method, props: &DeviceProps, family: Family) -> Result<KernelId, InvalidInput> {
+    let kernel = KernelId::of(family).ok_or_else(|| {
+        unsupported(method, Reason::Target { kernel: "(not instantiated)", target: props.ptx_target })
+    })?;
+    match props.target() {
+        Some(t) if kernel.info().on(t) => Ok(kernel),
+        _ => Err(unsupported(method, Reason::Target { kernel: kernel.name(), target: props.ptx_target })),
+    }
+}
+
+fn plan_mma(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+    let method = Method::FlashTensorCore;
+    if dtype == DType::F32 {
+        return Err(unsupported(method, Reason::DType { dtype }));
+    }
+    let d = problem.head_dim();
+    let default = mma_default(d as u32, problem.causal(), problem.max_lens().0).ok_or_else(|| {
+        let mut supported: Vec<u32> = MMA_CONFIGS.iter().map(|c| c.head_dim).collect();
+        supported.dedup();
+        unsupported(method, Reason::HeadDim { head_dim: d, supported })
+    })?;
+    for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
+        if l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0) {
+            let strides = [l.batch_stride, l.seq_stride, l.head_stride];
+            return Err(unsupported(method, Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN }));
+        }
+    }
+    // A tile override picks one of the instantiated configurations of this head dim.
+    let index = match (tiles.block_m, tiles.block_n) {
+        (None, None) => default,
+        (m, n) => {
+            let c = MMA_CONFIGS[default];
+            let (m, n) = (m.unwrap_or(c.block_m as usize), n.unwrap_or(c.block_n as usize));
+            let found = u32::try_from(m).ok().zip(u32::try_from(n).ok()).and_then(|(m, n)| mma_find(d as u32, m, n));
+            found.ok_or_else(|| {
+                let available = MMA_CONFIGS
+                    .iter()
+                    .filter(|c| c.head_dim as usize == d)
+                    .map(|c| (c.block_m, c.block_n))
+                    .collect();
+                tile_error(method, tiles, TileError::NotInstantiated { head_dim: d, available })
+            })?
+        }
+    };
+    let config = MMA_CONFIGS[index];
+    let limit = props.max_shared_per_block;
+    if config.shared_bytes() > limit {
+        return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
+    }
+    let kernel = kernel_on(method, props, Family::FlashMma(elem(dtype), index))?;
+    flash_plan(method, problem, kernel, (config.block_m, config.block_n), config.threads(), config.shared_bytes())
+}
+
+fn plan_simt(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+    let method = Method::Flash;
+    let d = problem.head_dim();
+    let default = SimtConfig::default_for(d as u32)
+        .ok_or_else(|| unsupported(method, Reason::HeadDim { head_dim: d, supported: vec![256] }))?;
+    let pick = |x: Option<usize>, default: u32| x.map_or(Some(default), |x| u32::try_from(x).ok());
+    let block_m = pick(tiles.block_m, default.block_m);
+    let block_n = pick(tiles.block_n, default.block_n);
+    let (Some(block_m), Some(block_n)) = (block_m, block_n) else {
+        return Err(tile_error(method, tiles, TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N }));
+    };
+    if !SIMT_BLOCK_M.contains(&block_m) {
+        return Err(tile_error(method, tiles, TileError::BlockM { allowed: &SIMT_BLOCK_M }));
+    }
+    if !SimtConfig::tiles_valid(block_m, block_n) {
+        return Err(tile_error(method, tiles, TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N }));
+    }
+    let config = SimtConfig { block_m, block_n, ..default };
+    let limit = props.max_shared_per_block;
+    if config.shared_bytes() > limit {
+        let reason = TileError::SharedMemory { needed: config.shared_bytes(), limit };
+        return Err(if tiles == Tiles::default() {
+            unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit })
+        } else {
+            tile_error(method, tiles, reason)
+        });
+    }
+    let kernel = kernel_on(method, props, Family::FlashSimt(elem(dtype), config.padded_dim))?;
+    flash_plan(method, problem, kernel, (config.block_m, config.block_n), config.threads(), config.shared_bytes())
+}
+
+/// The leading dimension cuBLAS sees for a tensor's rows (its token stride; for a single token
+/// the stride never moves an address, and the head dim is passed instead).
+pub(crate) fn gemm_ld(l: &Layout) -> usize {
+    if l.seqlen <= 1 { l.head_dim } else { l.seq_stride }
+}
+
+/// Elements of S (and of P) for the whole call: all sequences at once for fixed-length batches,
+/// the longest sequence for varlen (processed one at a time). `None` on overflow.
+pub(crate) fn standard_matrix_elems(problem: &Problem) -> Option<u64> {
+    let h = problem.q().heads as u64;
+    let (q, k) = problem.max_lens();
+    let per_seq = h.checked_mul(q as u64)?.checked_mul(k as u64)?;
+    match problem.varlen() {
+        Some(_) => Some(per_seq),
+        None => per_seq.checked_mul(problem.q().batch as u64),
+    }
+}
+
+fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+    let method = Method::Standard;
+    if tiles != Tiles::default() {
+        return Err(tile_error(method, tiles, TileError::NotTiled));
+    }
+    let d = problem.head_dim();
+    let i32_max = i32::MAX as u128;
+    if problem.is_empty() {
+        // Nothing runs: no matrix, stride or size to check.
+        return Ok(Plan { method, launches: Vec::new(), tiles: None, scratch_bytes: 0, not_taken: Vec::new() });
+    }
+    for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
+        let ld = gemm_ld(l);
+        if ld < d {
+            return Err(unsupported(method, Reason::GemmStride { tensor, seq_stride: l.seq_stride, head_dim: d }));
+        }
+        if ld as u128 > i32_max {
+            return Err(unsupported(method, Reason::TooLarge { what: "a token stride", value: ld as u128, limit: i32_max }));
+        }
+    }
+    let too_large = |what, value: u128, limit| unsupported(method, Reason::TooLarge { what, value, limit });
+    let elems = standard_matrix_elems(problem)
+        .ok_or_else(|| too_large("score-matrix elements", u128::MAX, u64::MAX as u128))?;
+    let bytes = (elems as u128) * (4 + dtype.size_bytes() as u128);
+    if bytes > u64::MAX as u128 {
+        return Err(too_large("bytes of S and P", bytes, u64::MAX as u128));
+    }
+    let (max_q, _) = problem.max_lens();
+    let rows_per_call = match problem.varlen() {
+        Some(_) => problem.q().heads as u128 * max_q as u128,
+        None => problem.q().batch as u128 * problem.q().heads as u128 * max_q as u128,
+    };
+    if rows_per_call > MAX_GRID[0] as u128 {
+        return Err(unsupported(method, Reason::Grid { grid: [rows_per_call.min(u64::MAX as u128) as u64, 1, 1] }));
+    }
+    let batches = problem.batch() as u128 * problem.k().heads as u128;
+    if batches > i32_max {
+        return Err(too_large("GEMM batch count", batches, i32_max));
+    }
+    let softmax = KernelId::of(Family::SoftmaxRows(elem(dtype)))
+        .ok_or_else(|| unsupported(method, Reason::DType { dtype }))?;
+    let groups = problem.group_size() as u32;
+    let gemm = |what| Launch {
+        kind: LaunchKind::Gemm(what),
+        grid: (0, 0, 0),
+        threads: 0,
+        shared_bytes: 0,
+        count: groups,
+        kernel: None,
+    };
+    let launches = vec![
+        gemm("S = Q·Kᵀ"),
+        Launch {
+            kind: LaunchKind::Kernel(softmax.name()),
+            grid: (rows_per_call as u32, 1, 1),
+            threads: SOFTMAX_THREADS,
+            shared_bytes: SOFTMAX_SHARED_BYTES,
+            count: 1,
+            kernel: Some(softmax),
+        },
+        gemm("O = P·V"),
+    ];
+    Ok(Plan { method, launches, tiles: None, scratch_bytes: bytes as u64, not_taken: Vec::new() })
+}

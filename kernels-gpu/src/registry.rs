@@ -1,0 +1,249 @@
+//! Every kernel entry point of the PTX, generated from one list per kernel family, and the
+//! targets each exists on.
+//!
+//! The lists ([`for_each_mma_instance!`], [`for_each_simt_instance!`]) are the only place a
+//! kernel instance is named: the GPU side expands them into `extern "ptx-kernel"` entries (whose
+//! exported names are spelled by [`mma_kernel_name!`] and [`simt_kernel_name!`]), and the host
+//! side into [`KERNELS`], the registry the host loads functions from. A new instance is one
+//! line in one list.
+//!
+//! A kernel may exist for one target only (a Hopper-only kernel is built into the sm_90a PTX
+//! and not into the sm_80 PTX): [`KernelInfo::targets`] says which, and the host refuses to
+//! look up a kernel on a target that lacks it instead of guessing.
+
+/// A PTX file the kernels are compiled into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `sm_80`: Ampere and later, through the driver's JIT.
+    Sm80,
+    /// `sm_90a`: compute capability 9.0 exactly (H100, H200), with Hopper's own instructions.
+    Sm90a,
+}
+
+impl Target {
+    /// Both targets.
+    pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90a];
+
+    /// The target's name, as `-C target-cpu` and ptxas spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Target::Sm80 => "sm_80",
+            Target::Sm90a => "sm_90a",
+        }
+    }
+
+    /// The PTX a device of compute capability `major.minor` loads; `None` below 8.0.
+    pub const fn for_compute_capability(major: i32, minor: i32) -> Option<Target> {
+        match (major, minor) {
+            (9, 0) => Some(Target::Sm90a),
+            (m, _) if m >= 8 => Some(Target::Sm80),
+            _ => None,
+        }
+    }
+}
+
+/// The storage element type of a kernel instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Elem {
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// IEEE single.
+    F32,
+}
+
+/// What a kernel is, with the numbers that select it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `fill_u16` / `fill_u32` (`FillParams`): word size in bytes.
+    Fill(u32),
+    /// `fill_rows_u16` / `fill_rows_u32` (`FillRowsParams`): word size in bytes.
+    FillRows(u32),
+    /// The general flash forward kernel (`AttnParams`) for a padded head dimension.
+    FlashSimt(Elem, u32),
+    /// The tensor-core flash forward kernel (`AttnParams`) of `MMA_CONFIGS[index]`.
+    FlashMma(Elem, usize),
+    /// The row softmax of standard attention (`SoftmaxParams`).
+    SoftmaxRows(Elem),
+}
+
+/// One entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// The entry's name in the PTX.
+    pub name: &'static str,
+    /// What it computes.
+    pub family: Family,
+    /// The PTX files it is compiled into.
+    pub targets: &'static [Target],
+}
+
+impl KernelInfo {
+    /// Whether this kernel is in `target`'s PTX.
+    pub fn on(&self, target: Target) -> bool {
+        self.targets.contains(&target)
+    }
+}
+
+/// Calls `$m!` with the tensor-core instances, one `(head_dim, block_m, block_n, warps,
+/// min_blocks, v_stages)` group each. The first instance of a head dim is its default (the tuned
+/// choice, `NOTES.md`); the others are variants a tile override selects, so that the bench can
+/// sweep them.
+#[macro_export]
+macro_rules! for_each_mma_instance {
+    ($m:ident $(, $arg:tt)*) => {
+        $m! { ($($arg),*)
+            (64, 128, 96, 4, 1, 2)
+            (64, 128, 64, 4, 1, 1)
+            (64, 64, 64, 4, 3, 2)
+            (128, 128, 64, 4, 1, 2)
+            (128, 128, 32, 4, 1, 2)
+            (128, 64, 64, 4, 1, 1)
+            (256, 64, 64, 4, 1, 1)
+            (256, 128, 64, 8, 1, 1)
+        }
+    };
+}
+
+/// The entry name of one tensor-core instance:
+/// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`.
+#[macro_export]
+macro_rules! mma_kernel_name {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal) => {
+        concat!("flash_fwd_mma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_w", $w, "_b", $b, "_v", $v)
+    };
+}
+
+/// Calls `$m!` with the general kernel's padded head dimensions, `(head_dim, accumulator
+/// length = head_dim / 4)` each.
+#[macro_export]
+macro_rules! for_each_simt_instance {
+    ($m:ident $(, $arg:tt)*) => {
+        $m! { ($($arg),*) (32, 8) (64, 16) (128, 32) (256, 64) }
+    };
+}
+
+/// The entry name of one general-kernel instance: `flash_fwd_simt_{dtype}_d{head_dim}`.
+#[macro_export]
+macro_rules! simt_kernel_name {
+    ($dt:literal, $d:literal) => {
+        concat!("flash_fwd_simt_", $dt, "_d", $d)
+    };
+}
+
+macro_rules! mma_table {
+    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal))*) => {
+        /// Every tensor-core configuration, in [`for_each_mma_instance!`] order.
+        pub const MMA_CONFIGS: [$crate::config::MmaConfig; [$($d),*].len()] = [$(
+            $crate::config::MmaConfig { head_dim: $d, block_m: $m, block_n: $n, warps: $w, min_blocks: $b, v_stages: $v }
+        ),*];
+        /// Entry names of [`MMA_CONFIGS`], f16 then bf16.
+        pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
+            [$(mma_kernel_name!("f16", $d, $m, $n, $w, $b, $v)),*],
+            [$(mma_kernel_name!("bf16", $d, $m, $n, $w, $b, $v)),*],
+        ];
+    };
+}
+for_each_mma_instance!(mma_table);
+
+macro_rules! simt_table {
+    (() $(($d:literal, $dq:literal))*) => {
+        /// The head dimensions the general kernel is instantiated for (a problem's `d` is padded
+        /// up to the next).
+        pub const SIMT_HEAD_DIMS: [u32; [$($d),*].len()] = [$($d),*];
+        /// Entry names of the general kernel: `[f16, bf16, f32]` × [`SIMT_HEAD_DIMS`].
+        pub const SIMT_KERNELS: [[&str; SIMT_HEAD_DIMS.len()]; 3] = [
+            [$(simt_kernel_name!("f16", $d)),*],
+            [$(simt_kernel_name!("bf16", $d)),*],
+            [$(simt_kernel_name!("f32", $d)),*],
+        ];
+    };
+}
+for_each_simt_instance!(simt_table);
+
+const ELEMS: [Elem; 3] = [Elem::F16, Elem::Bf16, Elem::F32];
+const FIXED: [(&str, Family); 7] = [
+    ("fill_u16", Family::Fill(2)),
+    ("fill_u32", Family::Fill(4)),
+    ("fill_rows_u16", Family::FillRows(2)),
+    ("fill_rows_u32", Family::FillRows(4)),
+    ("softmax_rows_f16", Family::SoftmaxRows(Elem::F16)),
+    ("softmax_rows_bf16", Family::SoftmaxRows(Elem::Bf16)),
+    ("softmax_rows_f32", Family::SoftmaxRows(Elem::F32)),
+];
+
+/// Number of entry points.
+pub const KERNEL_COUNT: usize = FIXED.len() + 3 * SIMT_HEAD_DIMS.len() + 2 * MMA_CONFIGS.len();
+
+/// The registry: every entry point, its family and its targets. Built at compile time from the
+/// lists above.
+pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
+    let mut out = [KernelInfo { name: "", family: Family::Fill(2), targets: &Target::ALL }; KERNEL_COUNT];
+    let mut n = 0;
+    let mut i = 0;
+    while i < FIXED.len() {
+        out[n] = KernelInfo { name: FIXED[i].0, family: FIXED[i].1, targets: &Target::ALL };
+        n += 1;
+        i += 1;
+    }
+    let mut e = 0;
+    while e < 3 {
+        let mut i = 0;
+        while i < SIMT_HEAD_DIMS.len() {
+            let family = Family::FlashSimt(ELEMS[e], SIMT_HEAD_DIMS[i]);
+            out[n] = KernelInfo { name: SIMT_KERNELS[e][i], family, targets: &Target::ALL };
+            n += 1;
+            i += 1;
+        }
+        e += 1;
+    }
+    let mut e = 0;
+    while e < 2 {
+        let mut i = 0;
+        while i < MMA_CONFIGS.len() {
+            out[n] = KernelInfo { name: MMA_KERNELS[e][i], family: Family::FlashMma(ELEMS[e], i), targets: &Target::ALL };
+            n += 1;
+            i += 1;
+        }
+        e += 1;
+    }
+    assert!(n == KERNEL_COUNT);
+    out
+};
+
+/// The registry index of a kernel, if one is instantiated.
+pub fn find(family: Family) -> Option<usize> {
+    KERNELS.iter().position(|k| k.family == family)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::format;
+
+    #[test]
+    fn names_are_unique_and_follow_the_configs() {
+        let names: HashSet<&str> = KERNELS.iter().map(|k| k.name).collect();
+        assert_eq!(names.len(), KERNEL_COUNT);
+        for (dtype, names) in ["f16", "bf16"].iter().zip(MMA_KERNELS) {
+            for (c, name) in MMA_CONFIGS.iter().zip(names) {
+                let expect = format!(
+                    "flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}_v{}",
+                    c.head_dim, c.block_m, c.block_n, c.warps, c.min_blocks, c.v_stages
+                );
+                assert_eq!(name, expect);
+            }
+        }
+    }
+
+    #[test]
+    fn every_family_is_found() {
+        for (i, k) in KERNELS.iter().enumerate() {
+            assert_eq!(find(k.family), Some(i), "{}", k.name);
+        }
+        assert_eq!(find(Family::FlashSimt(Elem::F16, 48)), None);
+        assert_eq!(find(Family::FlashMma(Elem::F32, 0)), None);
+    }
+}

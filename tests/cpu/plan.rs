@@ -1,0 +1,194 @@
+//! Planning, on a machine without a GPU: the pure planner with synthetic sm_80 (A100) and sm_90
+//! (H200) properties. Which method `Auto` picks, why it did not pick a faster one, every refusal
+//! as a typed reason, and grids and sizes that stay inside CUDA's limits.
+
+use flashattn::kernels::config::{MMA_CONFIGS, mma_default};
+use flashattn::{
+    AttentionOptions, DType, DeviceProps, InvalidInput, Layout, LaunchKind, Method, Problem, Reason, TileError,
+    Tiles, plan,
+};
+
+fn problem(q: Layout, k: Layout, opts: &AttentionOptions) -> Problem {
+    let lens = [q, k, k, q].map(|l| l.required_len().expect("test layouts fit"));
+    Problem::new(q, k, k, q, lens, opts).expect("valid problem")
+}
+
+fn devices() -> [DeviceProps; 2] {
+    [DeviceProps::a100(), DeviceProps::h200()]
+}
+
+#[test]
+fn auto_takes_tensor_cores_where_they_apply() {
+    for props in devices() {
+        for d in [64, 128, 256] {
+            for dtype in [DType::F16, DType::BF16] {
+                let l = Layout::bshd(2, 1000, 4, d);
+                let p = plan(&props, dtype, &problem(l, l, &Default::default()), &Default::default()).unwrap();
+                assert_eq!(p.method, Method::FlashTensorCore, "{} d{d} {dtype}: {p}", props.name);
+                assert!(p.not_taken.is_empty());
+                let c = MMA_CONFIGS[mma_default(d as u32, false, 1000).unwrap()];
+                assert_eq!(p.tiles, Some((c.block_m as usize, c.block_n as usize)));
+                let main = p.main_launch().unwrap();
+                assert_eq!(main.grid, (1000u32.div_ceil(c.block_m), 4, 2));
+                assert_eq!((main.threads, main.shared_bytes), (c.threads(), c.shared_bytes()));
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_says_why_it_did_not_take_tensor_cores() {
+    let h200 = DeviceProps::h200();
+    let opts = AttentionOptions::default();
+    let l = Layout::bshd(1, 64, 2, 64);
+    // f32: the tensor-core kernel has no f32 path.
+    let p = plan(&h200, DType::F32, &problem(l, l, &opts), &opts).unwrap();
+    assert_eq!(p.method, Method::Flash);
+    assert_eq!(p.not_taken[0].method, Method::FlashTensorCore);
+    assert_eq!(p.not_taken[0].reason, Reason::DType { dtype: DType::F32 });
+    assert!(p.to_string().contains("not flash-tc: f32"), "{p}");
+    // A head dim it has no instance for.
+    let l96 = Layout::bshd(1, 64, 2, 96);
+    let p = plan(&h200, DType::BF16, &problem(l96, l96, &opts), &opts).unwrap();
+    assert!(matches!(&p.not_taken[0].reason, Reason::HeadDim { head_dim: 96, .. }), "{p}");
+    // Strides that are not multiples of 8 elements.
+    let mut padded = l;
+    padded.seq_stride = 2 * 64 + 4;
+    padded.batch_stride = 64 * padded.seq_stride;
+    let p = plan(&h200, DType::BF16, &problem(padded, padded, &opts), &opts).unwrap();
+    assert!(matches!(p.not_taken[0].reason, Reason::Alignment { tensor: "q", .. }), "{p}");
+    // A tile override it has no instance of: the general kernel runs it, and the plan says so.
+    let tiles = AttentionOptions { tiles: Tiles { block_m: Some(32), block_n: Some(64) }, ..opts.clone() };
+    let p = plan(&h200, DType::BF16, &problem(l, l, &tiles), &tiles).unwrap();
+    assert_eq!(p.method, Method::Flash);
+    assert!(matches!(p.not_taken[0].reason, Reason::Tiles(TileError::NotInstantiated { head_dim: 64, .. })), "{p}");
+}
+
+/// Strides of dimensions of extent 1 never move an address: they must not block the
+/// tensor-core kernel (a regression: a batch-1 tensor with an odd batch stride used to).
+#[test]
+fn alignment_ignores_strides_of_size_one_dimensions() {
+    let mut l = Layout::bshd(1, 100, 1, 64);
+    l.batch_stride = 3; // batch of 1
+    l.head_stride = 5; // one head
+    let opts = AttentionOptions { method: Method::FlashTensorCore, ..Default::default() };
+    let p = plan(&DeviceProps::h200(), DType::F16, &problem(l, l, &opts), &opts).unwrap();
+    assert_eq!(p.method, Method::FlashTensorCore);
+}
+
+#[test]
+fn every_method_checks_tile_overrides() {
+    let h200 = DeviceProps::h200();
+    let l = Layout::bshd(1, 64, 2, 64);
+    let with = |method, m, n| AttentionOptions { method, tiles: Tiles { block_m: m, block_n: n }, ..Default::default() };
+    let refused = |opts: &AttentionOptions| {
+        let p = problem(l, l, &AttentionOptions::default());
+        match plan(&h200, DType::F16, &p, opts) {
+            Err(InvalidInput::Tiles { reason, .. }) => reason,
+            other => panic!("{opts:?}: expected a tile error, got {other:?}"),
+        }
+    };
+    // Standard attention has no tiles: any override, 0×0 included, is refused.
+    assert_eq!(refused(&with(Method::Standard, Some(0), Some(0))), TileError::NotTiled);
+    assert_eq!(refused(&with(Method::Standard, Some(64), None)), TileError::NotTiled);
+    assert!(matches!(refused(&with(Method::Flash, Some(0), None)), TileError::BlockM { .. }));
+    assert!(matches!(refused(&with(Method::Flash, None, Some(0))), TileError::BlockN { .. }));
+    assert!(matches!(refused(&with(Method::Flash, None, Some(48))), TileError::BlockN { .. }));
+    assert!(matches!(refused(&with(Method::FlashTensorCore, Some(0), Some(0))), TileError::NotInstantiated { .. }));
+    assert!(matches!(refused(&with(Method::FlashTensorCore, Some(usize::MAX), None)), TileError::NotInstantiated { .. }));
+    // Every instantiated tensor-core configuration is reachable by its tiles.
+    for c in MMA_CONFIGS {
+        let ld = Layout::bshd(1, 64, 2, c.head_dim as usize);
+        let opts = with(Method::FlashTensorCore, Some(c.block_m as usize), Some(c.block_n as usize));
+        let p = plan(&h200, DType::BF16, &problem(ld, ld, &opts), &opts).unwrap();
+        assert_eq!(p.tiles, Some((c.block_m as usize, c.block_n as usize)));
+    }
+}
+
+#[test]
+fn shared_memory_limits_come_from_the_device() {
+    let small = DeviceProps { max_shared_per_block: 48 * 1024, ..DeviceProps::a100() };
+    let l = Layout::bshd(1, 64, 2, 256);
+    let opts = AttentionOptions { method: Method::FlashTensorCore, ..Default::default() };
+    let r = plan(&small, DType::BF16, &problem(l, l, &opts), &opts);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::SharedMemory { .. }, .. })), "{r:?}");
+}
+
+#[test]
+fn grids_stay_inside_cuda_limits() {
+    // 70000 heads: grid.y would exceed 65535.
+    let l = Layout::bshd(1, 4, 70_000, 64);
+    let opts = AttentionOptions { method: Method::Flash, ..Default::default() };
+    let r = plan(&DeviceProps::h200(), DType::F32, &problem(l, l, &opts), &opts);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::Grid { .. }, .. })), "{r:?}");
+}
+
+/// A problem whose S and P would need 2^65 bytes: refused by the planner with the sizes, not
+/// planned as a 3-billion-block grid with a wrapped byte count (which cuBLAS then overran).
+#[test]
+fn standard_sizes_are_checked() {
+    let q = Layout { batch: 1 << 16, seqlen: 1 << 16, heads: 1, head_dim: 8, batch_stride: 0, seq_stride: 8, head_stride: 0 };
+    let k = Layout { seqlen: 1 << 16, ..q };
+    let o = Layout::bshd(1 << 16, 1 << 16, 1, 8);
+    let opts = AttentionOptions { method: Method::Standard, ..Default::default() };
+    let lens = [q, k, k, o].map(|l| l.required_len().unwrap());
+    let p = Problem::new(q, k, k, o, lens, &opts).unwrap();
+    let r = plan(&DeviceProps::h200(), DType::F16, &p, &opts);
+    assert!(
+        matches!(r, Err(InvalidInput::Unsupported { reason: Reason::TooLarge { .. } | Reason::Grid { .. }, .. })),
+        "{r:?}"
+    );
+}
+
+/// cuBLAS needs token strides of at least the head dim: a broadcast V (token stride 0) is
+/// refused by the standard path's plan, before anything runs. The flash paths take it.
+#[test]
+fn standard_refuses_broadcast_rows_flash_takes_them() {
+    let q = Layout::bshd(1, 16, 2, 64);
+    let mut v = Layout::bshd(1, 16, 2, 64);
+    v.seq_stride = 0;
+    v.batch_stride = 0;
+    let opts = AttentionOptions { method: Method::Standard, ..Default::default() };
+    let lens = [q, q, v, q].map(|l| l.required_len().unwrap());
+    let p = Problem::new(q, q, v, q, lens, &opts).unwrap();
+    let r = plan(&DeviceProps::h200(), DType::F16, &p, &opts);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::GemmStride { tensor: "v", .. }, .. })), "{r:?}");
+    for method in [Method::Flash, Method::Auto] {
+        let opts = AttentionOptions { method, ..Default::default() };
+        plan(&DeviceProps::h200(), DType::F16, &p, &opts).unwrap();
+    }
+}
+
+/// Empty problems (no sequence, no query head, no query token) plan no launch on every path.
+#[test]
+fn empty_problems_launch_nothing() {
+    let cases = [
+        (Layout::bshd(0, 16, 2, 64), Layout::bshd(0, 16, 2, 64)),
+        (Layout::bshd(2, 16, 0, 64), Layout::bshd(2, 16, 2, 64)),
+        (Layout::bshd(2, 0, 2, 64), Layout::bshd(2, 16, 2, 64)),
+        (Layout::bshd(2, 16, 0, 64), Layout::bshd(2, 16, 0, 64)),
+    ];
+    for (q, k) in cases {
+        for method in Method::ALL {
+            let opts = AttentionOptions { method, ..Default::default() };
+            let p = problem(q, k, &opts);
+            assert!(p.is_empty());
+            for props in devices() {
+                let pl = plan(&props, DType::F16, &p, &opts).unwrap();
+                assert!(pl.launches.is_empty() && pl.scratch_bytes == 0, "{pl}");
+            }
+        }
+    }
+}
+
+#[test]
+fn standard_plan_lists_its_launches() {
+    let q = Layout::bshd(2, 64, 4, 64);
+    let k = Layout::bshd(2, 80, 2, 64);
+    let opts = AttentionOptions { method: Method::Standard, ..Default::default() };
+    let p = plan(&DeviceProps::h200(), DType::BF16, &problem(q, k, &opts), &opts).unwrap();
+    let kinds: Vec<LaunchKind> = p.launches.iter().map(|l| l.kind).collect();
+    assert!(matches!(kinds[..], [LaunchKind::Gemm(_), LaunchKind::Kernel("softmax_rows_bf16"), LaunchKind::Gemm(_)]));
+    assert_eq!(p.launches[0].count, 2, "one GEMM per query head of a group");
+    assert_eq!(p.scratch_bytes, 2 * 4 * 64 * 80 * (4 + 2));
+}
