@@ -63,6 +63,15 @@ pub struct BlockStep {
 }
 
 impl BlockStep {
+    /// The probability offsets for a row whose maximum is `max` (no rescaling): what
+    /// [`OnlineSoftmax::step`] returned, rebuilt from the maximum alone (kernels keep only the
+    /// maximum across their rescale, to save registers).
+    #[inline(always)]
+    pub fn for_max(max: f32, scale_log2: f32) -> BlockStep {
+        let neg_max_scaled = if max == f32::NEG_INFINITY { 0.0 } else { -max * scale_log2 };
+        BlockStep { alpha: 1.0, neg_max_scaled, max }
+    }
+
     /// The unnormalised probability of a raw score: `2^(s·scale_log2 − max·scale_log2)`, one
     /// FMA and one `exp2`. Accurate when [`BlockStep::fused_ok`]. A masked score (`-inf`)
     /// gives 0.
@@ -136,8 +145,7 @@ impl OnlineSoftmax {
     /// over scores that were all folded in already.
     #[inline(always)]
     pub fn current(&self, scale_log2: f32) -> BlockStep {
-        let neg_max_scaled = if self.max == f32::NEG_INFINITY { 0.0 } else { -self.max * scale_log2 };
-        BlockStep { alpha: 1.0, neg_max_scaled, max: self.max }
+        BlockStep::for_max(self.max, scale_log2)
     }
 
     /// Adds this block's probabilities (their sum, or this thread's part of it).

@@ -1,25 +1,51 @@
 //! `cargo xtask bundle`: release executables and a script, for a GPU machine without Rust.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use crate::util::{Result, cargo, root};
 
-/// The script written into the bundle. Subcommands: `test` (default), `sanitize`, `bench`.
+/// The script written into the bundle. Commands: `test` (default), `sanitize`, `bench`,
+/// `timing`, `tune`, `help`; every one is listed in the header and in `usage` (a unit test
+/// holds the three together).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
-#   ./run.sh test [ARGS]     every test executable; GPU tests must run (FLASHATTN_REQUIRE_GPU=1)
-#   ./run.sh sanitize        the GPU tests on small shapes under compute-sanitizer memcheck and racecheck
-#   ./run.sh bench [ARGS]    the benchmark executable
+#   ./run.sh test [ARGS]      every test executable; GPU tests must run (FLASHATTN_REQUIRE_GPU=1)
+#   ./run.sh sanitize [ARGS]  the GPU tests on small shapes under compute-sanitizer memcheck, racecheck and synccheck
+#   ./run.sh bench [ARGS]     the benchmark executable, flashattn-bench (`bench --help` lists its flags)
+#   ./run.sh timing [ARGS]    the timing example: one shape with every method
+#   ./run.sh tune             the tune example: every tensor-core tile configuration on the headline shapes
+#   ./run.sh help             this list (also -h, --help)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+usage() {
+  cat <<'EOF'
+usage: run.sh [COMMAND] [ARGS]
+  test [ARGS]       every test executable; GPU tests must run (the default command)
+  sanitize [ARGS]   the GPU tests on small shapes under compute-sanitizer memcheck, racecheck and synccheck
+  bench [ARGS]      the benchmark executable, flashattn-bench (bench --help lists its flags)
+  timing [ARGS]     the timing example: one shape with every method
+  tune              the tune example: every tensor-core tile configuration on the headline shapes
+  help, -h, --help  this list
+EOF
+}
+# Runs one of the bundle's executables, or says that this bundle does not carry it.
+run_bin() {
+  local bin="$here/bin/$1"; shift
+  if [ ! -x "$bin" ]; then echo "this bundle has no $(basename "$bin") (not built when it was made)" >&2; exit 2; fi
+  exec "$bin" "$@"
+}
+cmd="${1:-test}"; shift || true
+case "$cmd" in
+  help|-h|--help)
+    usage; exit 0 ;;
+esac
 # cuBLAS (for the standard-attention path): the CUDA toolkit's, or the one pip installed.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     $(python3 -c 'import site, glob; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
   if ls "$d"/libcublas.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
 done
 export FLASHATTN_REQUIRE_GPU=1
-cmd="${1:-test}"; shift || true
 case "$cmd" in
   test)
     status=0
@@ -31,7 +57,7 @@ case "$cmd" in
   sanitize)
     export FLASHATTN_TEST_SMALL=1
     status=0
-    for tool in memcheck racecheck; do
+    for tool in memcheck racecheck synccheck; do
       echo "== compute-sanitizer --tool $tool"
       # The error-path tests trigger driver errors on purpose (a refused launch, an out-of-memory
       # allocation), which compute-sanitizer would count as errors: they are skipped here.
@@ -39,12 +65,151 @@ case "$cmd" in
     done
     exit $status ;;
   bench)
-    exec "$here/bin/flashattn-bench" "$@" ;;
+    run_bin flashattn-bench "$@" ;;
   timing)
-    exec "$here/bin/timing" "$@" ;;
-  *) echo "unknown command $cmd (test, sanitize, bench)"; exit 2 ;;
+    run_bin timing "$@" ;;
+  tune)
+    run_bin tune "$@" ;;
+  *)
+    echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
 "#;
+
+/// The file that marks a folder as made by `cargo xtask bundle`: only a folder holding it is
+/// ever replaced.
+pub const MARKER: &str = ".flashattn-bundle";
+
+/// What the output folder is now, as far as the decision needs.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct OutState {
+    pub exists: bool,
+    pub is_dir: bool,
+    /// It holds [`MARKER`]: an earlier bundle made it.
+    pub has_marker: bool,
+    pub is_empty: bool,
+    /// It holds `.git`: a checkout.
+    pub has_git: bool,
+}
+
+/// What `bundle` does with its output folder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OutDecision {
+    /// It does not exist: create it.
+    Create,
+    /// It exists and is empty: fill it.
+    UseEmpty,
+    /// An earlier bundle made it (it holds the marker): empty it and fill it again.
+    Replace,
+}
+
+/// The rule, with no file system: `out` and `repo_root` are absolute and canonical (symbolic
+/// links resolved), `state` is what `out` is. The tool never deletes a folder it did not create:
+/// the repository, its ancestors and checkouts are refused outright, an existing folder is
+/// replaced only when it holds the marker, and any other non-empty folder is an error.
+pub fn decide(out: &Path, repo_root: &Path, state: OutState) -> Result<OutDecision> {
+    if out == repo_root {
+        return Err(format!("--out {} is the repository itself: refused", out.display()));
+    }
+    if repo_root.starts_with(out) {
+        return Err(format!(
+            "--out {} holds the repository ({}): refused",
+            out.display(),
+            repo_root.display()
+        ));
+    }
+    if state.has_git {
+        return Err(format!("--out {} holds .git (a checkout): refused", out.display()));
+    }
+    if !state.exists {
+        return Ok(OutDecision::Create);
+    }
+    if !state.is_dir {
+        return Err(format!("--out {} exists and is not a folder: nothing written", out.display()));
+    }
+    if state.has_marker {
+        return Ok(OutDecision::Replace);
+    }
+    if state.is_empty {
+        return Ok(OutDecision::UseEmpty);
+    }
+    Err(format!(
+        "--out {} exists, is not empty and was not made by `cargo xtask bundle` (it has no {MARKER}): \
+         nothing deleted. Choose another --out, or empty or remove it yourself",
+        out.display()
+    ))
+}
+
+/// `path`, absolute and with symbolic links resolved, also when it does not exist yet (its
+/// nearest existing ancestor is resolved and the rest appended).
+fn canonical(path: &Path) -> Result<PathBuf> {
+    let mut missing = Vec::new();
+    let mut existing = path;
+    loop {
+        match existing.canonicalize() {
+            Ok(c) => return Ok(missing.iter().rev().fold(c, |p, part| p.join(part))),
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name.to_os_string());
+                    existing = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+                }
+                // `..` or a root that does not resolve.
+                _ => return Err(format!("cannot resolve {}", path.display())),
+            },
+        }
+    }
+}
+
+/// What `out` is now.
+fn inspect(out: &Path) -> OutState {
+    let Ok(meta) = std::fs::symlink_metadata(out) else { return OutState::default() };
+    // A symbolic link to a folder is judged as that folder (canonical() resolved `out` already).
+    let is_dir = meta.is_dir() || out.is_dir();
+    let mut entries = if is_dir { std::fs::read_dir(out).ok() } else { None };
+    OutState {
+        exists: true,
+        is_dir,
+        has_marker: is_dir && out.join(MARKER).is_file(),
+        is_empty: entries.as_mut().is_some_and(|e| e.next().is_none()),
+        has_git: is_dir && std::fs::symlink_metadata(out.join(".git")).is_ok(),
+    }
+}
+
+/// Resolves `--out` (relative to the repository root) and decides what to do with it, before
+/// anything is built or deleted.
+pub fn plan_out(out: &Path, repo_root: &Path) -> Result<(PathBuf, OutDecision)> {
+    let joined = if out.is_absolute() { out.to_path_buf() } else { repo_root.join(out) };
+    let out = canonical(&joined)?;
+    let repo_root = canonical(repo_root)?;
+    let decision = decide(&out, &repo_root, inspect(&out))?;
+    Ok((out, decision))
+}
+
+/// Carries out the decision: `out` exists, empty but for the marker, afterwards. A replaced
+/// bundle is emptied, not removed, so that the folder itself is never deleted.
+pub fn prepare_out(out: &Path, decision: OutDecision) -> Result<()> {
+    let err = |e: std::io::Error| format!("{}: {e}", out.display());
+    match decision {
+        OutDecision::Create => std::fs::create_dir_all(out).map_err(err)?,
+        OutDecision::UseEmpty => {}
+        OutDecision::Replace => {
+            // Checked again, right before deleting anything.
+            if !out.join(MARKER).is_file() {
+                return Err(format!("{} lost its {MARKER}: nothing deleted", out.display()));
+            }
+            for entry in std::fs::read_dir(out).map_err(err)? {
+                let path = entry.map_err(err)?.path();
+                let meta = std::fs::symlink_metadata(&path).map_err(err)?;
+                if meta.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) }
+                    .map_err(|e| format!("removing {}: {e}", path.display()))?;
+            }
+        }
+    }
+    std::fs::write(
+        out.join(MARKER),
+        "Made by `cargo xtask bundle`: the next bundle into this folder replaces what it holds.\n",
+    )
+    .map_err(err)
+}
 
 /// The test executables the bundle carries.
 const GPU_TESTS: &[&str] = &["gpu"];
@@ -85,7 +250,8 @@ fn build_artifacts() -> Result<Vec<Artifact>> {
 
 /// `cargo xtask bundle`.
 pub fn bundle(out: &Path) -> Result<()> {
-    let out = if out.is_absolute() { out.to_path_buf() } else { root().join(out) };
+    // Decided before the (long) build, so that a refused --out fails at once, and again after it.
+    let (out, _) = plan_out(out, &root())?;
     let artifacts = build_artifacts()?;
     let bin_build = cargo()
         .current_dir(root())
@@ -95,7 +261,9 @@ pub fn bundle(out: &Path) -> Result<()> {
     if !bin_build.success() {
         return Err("release build of the binaries failed".into());
     }
-    let _ = std::fs::remove_dir_all(&out);
+    // Decided again right before anything is deleted: the folder may have changed meanwhile.
+    let (out, decision) = plan_out(&out, &root())?;
+    prepare_out(&out, decision)?;
     for sub in ["tests", "bin"] {
         std::fs::create_dir_all(out.join(sub)).map_err(|e| e.to_string())?;
     }
@@ -137,4 +305,212 @@ pub fn bundle(out: &Path) -> Result<()> {
         out.file_name().unwrap_or_default().to_string_lossy()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The labels of every `case` arm in a shell script (`a|b)` gives `a` and `b`), `*` left out.
+    fn case_labels(script: &str) -> Vec<String> {
+        let mut labels = Vec::new();
+        let mut in_case = false;
+        for line in script.lines().map(str::trim) {
+            if line.starts_with("case ") && line.ends_with(" in") {
+                in_case = true;
+            } else if line == "esac" || line.starts_with("esac ") {
+                in_case = false;
+            } else if in_case {
+                let Some((pattern, _)) = line.split_once(')') else { continue };
+                let is_label = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '|' | '*');
+                if !pattern.is_empty() && pattern.chars().all(is_label) {
+                    labels.extend(pattern.split('|').filter(|l| *l != "*").map(str::to_string));
+                }
+            }
+        }
+        labels
+    }
+
+    /// The words of a text: runs of letters, digits, `_` and `-`.
+    fn words(text: &str) -> Vec<&str> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .filter(|w| !w.is_empty())
+            .collect()
+    }
+
+    /// The text `usage` prints: the lines between `usage() {` and its closing `}`.
+    fn usage_text(script: &str) -> String {
+        let start = script.find("usage() {").expect("run.sh defines usage");
+        let body = &script[start..];
+        let end = body.find("\n}\n").expect("usage's closing brace");
+        body[..end].to_string()
+    }
+
+    /// The header comment: the `#` lines after the shebang.
+    fn header(script: &str) -> String {
+        script.lines().skip(1).take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn run_sh_usage_and_header_name_every_command_it_accepts() {
+        let labels = case_labels(RUN_SH);
+        for expected in ["test", "sanitize", "bench", "timing", "tune", "help", "-h", "--help"] {
+            assert!(labels.iter().any(|l| l == expected), "no `{expected})` arm in run.sh: {labels:?}");
+        }
+        let usage = usage_text(RUN_SH);
+        let header = header(RUN_SH);
+        for label in &labels {
+            assert!(words(&usage).contains(&label.as_str()), "usage does not name `{label}`:\n{usage}");
+            assert!(
+                words(&header).contains(&label.as_str()),
+                "the header does not name `{label}`:\n{header}"
+            );
+        }
+    }
+
+    #[test]
+    fn run_sh_runs_every_binary_the_bundle_carries_and_synccheck() {
+        for bin in BINARIES {
+            let name = Path::new(bin).file_name().unwrap().to_string_lossy();
+            assert!(RUN_SH.contains(&format!("run_bin {name} ")), "run.sh never runs bin/{name}");
+        }
+        assert!(RUN_SH.contains("for tool in memcheck racecheck synccheck; do"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn run_sh_help_prints_usage_and_exits_zero() {
+        if crate::util::which("bash").is_none() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("run.sh");
+        std::fs::write(&script, RUN_SH).unwrap();
+        let run = |arg: &str| std::process::Command::new("bash").arg(&script).arg(arg).output().unwrap();
+        for arg in ["help", "-h", "--help"] {
+            let out = run(arg);
+            assert_eq!(out.status.code(), Some(0), "run.sh {arg}");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.starts_with("usage: run.sh") && stdout.contains("tune"), "run.sh {arg}: {stdout}");
+        }
+        let out = run("frobnicate");
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("unknown command: frobnicate") && stderr.contains("usage: run.sh"),
+            "{stderr}"
+        );
+        // A binary this bundle does not carry is said so, not an exec error.
+        let out = run("tune");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("this bundle has no tune"));
+    }
+
+    fn state(exists: bool, has_marker: bool, is_empty: bool, has_git: bool) -> OutState {
+        OutState { exists, is_dir: exists, has_marker, is_empty, has_git }
+    }
+
+    #[test]
+    fn decide_refuses_the_repository_its_ancestors_and_checkouts() {
+        let root = Path::new("/work/main");
+        let existing = state(true, false, false, true);
+        assert!(decide(root, root, existing).unwrap_err().contains("is the repository itself"));
+        assert!(
+            decide(Path::new("/work"), root, state(true, false, false, false))
+                .unwrap_err()
+                .contains("holds the repository")
+        );
+        assert!(decide(Path::new("/"), root, state(true, false, false, false)).is_err());
+        // Even a marked folder is refused when it holds .git.
+        let err = decide(Path::new("/elsewhere/clone"), root, state(true, true, false, true)).unwrap_err();
+        assert!(err.contains(".git"), "{err}");
+    }
+
+    #[test]
+    fn decide_replaces_only_marked_folders() {
+        let root = Path::new("/work/main");
+        let out = Path::new("/work/main/bundle");
+        assert_eq!(decide(out, root, OutState::default()).unwrap(), OutDecision::Create);
+        assert_eq!(decide(out, root, state(true, false, true, false)).unwrap(), OutDecision::UseEmpty);
+        assert_eq!(decide(out, root, state(true, true, false, false)).unwrap(), OutDecision::Replace);
+        let err = decide(out, root, state(true, false, false, false)).unwrap_err();
+        assert!(err.contains("not made by `cargo xtask bundle`") && err.contains(MARKER), "{err}");
+        assert!(err.contains("nothing deleted"), "{err}");
+        let file = OutState { exists: true, ..Default::default() };
+        assert!(decide(out, root, file).unwrap_err().contains("not a folder"));
+        // A sibling whose name starts like the repository's is not its ancestor.
+        assert_eq!(
+            decide(Path::new("/work/main-bundle"), root, OutState::default()).unwrap(),
+            OutDecision::Create
+        );
+    }
+
+    /// A fake checkout: `.git/`, a source file.
+    fn checkout() -> tempfile::TempDir {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(repo.path().join(".git")).unwrap();
+        std::fs::write(repo.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(repo.path().join("src")).unwrap();
+        std::fs::write(repo.path().join("src/lib.rs"), "// source\n").unwrap();
+        repo
+    }
+
+    #[test]
+    fn out_dot_and_out_dotdot_are_refused_and_nothing_is_deleted() {
+        let repo = checkout();
+        for out in [".", "..", "src/..", ""] {
+            assert!(plan_out(Path::new(out), repo.path()).is_err(), "--out {out:?} was accepted");
+        }
+        assert!(plan_out(repo.path(), repo.path()).is_err());
+        assert!(repo.path().join(".git/HEAD").is_file() && repo.path().join("src/lib.rs").is_file());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symbolic_link_to_the_repository_is_refused() {
+        let repo = checkout();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = elsewhere.path().join("link");
+        std::os::unix::fs::symlink(repo.path(), &link).unwrap();
+        assert!(plan_out(&link, repo.path()).is_err());
+    }
+
+    #[test]
+    fn a_folder_without_the_marker_is_an_error_and_kept() {
+        let repo = checkout();
+        let err = plan_out(Path::new("src"), repo.path()).unwrap_err();
+        assert!(err.contains("not made by `cargo xtask bundle`"), "{err}");
+        assert!(repo.path().join("src/lib.rs").is_file());
+        // Another checkout elsewhere, even one that looks like an old bundle.
+        let other = checkout();
+        std::fs::write(other.path().join(MARKER), "").unwrap();
+        assert!(plan_out(other.path(), repo.path()).unwrap_err().contains(".git"));
+        assert!(other.path().join(".git/HEAD").is_file());
+    }
+
+    #[test]
+    fn a_new_bundle_is_marked_and_replaced_next_time() {
+        let repo = checkout();
+        let (out, decision) = plan_out(Path::new("bundle"), repo.path()).unwrap();
+        assert_eq!(decision, OutDecision::Create);
+        prepare_out(&out, decision).unwrap();
+        assert!(out.join(MARKER).is_file());
+        std::fs::create_dir_all(out.join("tests")).unwrap();
+        std::fs::write(out.join("tests/gpu"), "old").unwrap();
+        let (again, decision) = plan_out(Path::new("bundle"), repo.path()).unwrap();
+        assert_eq!((again.as_path(), decision), (out.as_path(), OutDecision::Replace));
+        prepare_out(&out, decision).unwrap();
+        assert!(out.join(MARKER).is_file() && !out.join("tests").exists());
+        assert!(repo.path().join("src/lib.rs").is_file());
+    }
+
+    #[test]
+    fn an_empty_folder_is_used_and_not_deleted() {
+        let repo = checkout();
+        std::fs::create_dir(repo.path().join("empty")).unwrap();
+        let (out, decision) = plan_out(Path::new("empty"), repo.path()).unwrap();
+        assert_eq!(decision, OutDecision::UseEmpty);
+        prepare_out(&out, decision).unwrap();
+        assert!(out.join(MARKER).is_file());
+    }
 }

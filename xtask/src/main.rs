@@ -2,7 +2,7 @@
 //!
 //! - `cargo xtask setup`: find or install the kernel toolchain (and `ptxas` for reports).
 //! - `cargo xtask ptx [--check]`: build the kernels to PTX into `host/ptx/`, or check that the
-//!   committed PTX is fresh.
+//!   committed PTX is fresh; both fail when a kernel can reach a panic (the panic gate).
 //! - `cargo xtask bundle`: release builds of the test and bench executables plus a script, to
 //!   run the GPU suite on a machine without a Rust toolchain.
 //! - `cargo xtask bench [ARGS]`: the benchmark sweep (`flashattn-bench run ARGS`) and its report.
@@ -12,6 +12,7 @@
 mod bench;
 mod bundle;
 mod explain;
+mod panic_gate;
 mod ptx;
 mod ptxas;
 mod toolchain;
@@ -36,10 +37,12 @@ enum Task {
         no_install: bool,
     },
     /// Compile `kernels-gpu` to PTX for sm_80 and sm_90a into `host/ptx/`, with a manifest and,
-    /// when ptxas is found, a register/spill/shared-memory report.
+    /// when ptxas is found, a register/spill/shared-memory report. Fails (after writing) when a
+    /// kernel can reach a panic function.
     Ptx {
         /// Check that the committed PTX matches the kernel sources instead of writing it: by the
-        /// source hash, and by rebuilding and comparing bytes when the recorded compiler is here.
+        /// source hash, and by rebuilding and comparing bytes when the recorded compiler identity
+        /// (`rustc -vV`) is the one here; and that no kernel in it can reach a panic.
         #[arg(long)]
         check: bool,
         /// Do not fail when ptxas reports spills.
@@ -49,7 +52,9 @@ enum Task {
     /// Build release test and bench executables into a folder with a `run.sh`, for a GPU machine
     /// without a Rust toolchain.
     Bundle {
-        /// Output folder (replaced).
+        /// Output folder: created, or replaced when an earlier bundle made it (it holds a
+        /// `.flashattn-bundle` marker). Any other non-empty folder, the repository, its ancestors
+        /// and folders holding `.git` are refused; nothing else is ever deleted.
         #[arg(long, default_value = "bundle")]
         out: std::path::PathBuf,
     },

@@ -23,8 +23,14 @@ const UNROLL_THRESHOLD: u32 = 4000;
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
 struct Manifest {
-    /// `rustc --version` of the kernel compiler.
+    /// `rustc --version` of the kernel compiler, for people.
     compiler: String,
+    /// `rustc -vV` of the kernel compiler, line by line (release, commit-hash, commit-date, host,
+    /// LLVM version): the check compares PTX bytes only when this machine's compiler has the same
+    /// identity. Empty in manifests written before it was recorded (then the check compares by
+    /// source hash only).
+    #[serde(default)]
+    compiler_identity: Vec<String>,
     /// sha256 of the kernel crate's sources and the recipe.
     source_hash: String,
     recipe: String,
@@ -147,6 +153,7 @@ pub fn build(allow_spills: bool) -> Result<()> {
     }
     let manifest = Manifest {
         compiler: tc.version.clone(),
+        compiler_identity: tc.identity.clone(),
         source_hash: source_hash()?,
         recipe: RECIPE.into(),
         ptx: files,
@@ -154,7 +161,59 @@ pub fn build(allow_spills: bool) -> Result<()> {
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())? + "\n";
     std::fs::write(dir.join("manifest.json"), json).map_err(|e| e.to_string())?;
     println!("ptx: wrote {} ({})", dir.display(), manifest.source_hash);
-    resource_report(allow_spills)
+    // Both gates run (and the report is written) before either fails the build.
+    let gate = panic_gate();
+    let report = resource_report(allow_spills);
+    both(report, gate)
+}
+
+/// Ok when both are, else the errors, one after the other.
+fn both(a: Result<()>, b: Result<()>) -> Result<()> {
+    match (a, b) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(format!("{a}\n{b}")),
+    }
+}
+
+/// The panic gate over the committed PTX files: fails, naming the kernels and the panic
+/// functions, when any kernel can reach a panic.
+fn panic_gate() -> Result<()> {
+    let mut failures = Vec::new();
+    for (_, file) in TARGETS {
+        let path = ptx_dir().join(file);
+        let ptx = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        match crate::panic_gate::verdict(&format!("host/ptx/{file}"), &ptx) {
+            Ok(line) => println!("{line}"),
+            Err(message) => failures.push(message),
+        }
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("\n")) }
+}
+
+/// Whether `ptx --check` can compare PTX bytes: only with the compiler that built them.
+#[derive(Debug, PartialEq)]
+enum ByteCheck {
+    /// This machine's compiler has the recorded identity: rebuild and compare bytes.
+    Compare,
+    /// The manifest records no full compiler identity (written before it was recorded).
+    IdentityAbsent,
+    /// The recorded identity differs from this machine's compiler: these lines differ.
+    IdentityDiffers(Vec<String>),
+}
+
+/// Decides [`ByteCheck`] from the recorded identity and this machine's compiler's.
+fn byte_check(recorded: &[String], here: &[String]) -> ByteCheck {
+    if recorded.is_empty() {
+        return ByteCheck::IdentityAbsent;
+    }
+    if recorded == here {
+        return ByteCheck::Compare;
+    }
+    let mut differing: Vec<String> =
+        recorded.iter().filter(|l| !here.contains(l)).map(|l| format!("recorded `{l}`")).collect();
+    differing.extend(here.iter().filter(|l| !recorded.contains(l)).map(|l| format!("here `{l}`")));
+    ByteCheck::IdentityDiffers(differing)
 }
 
 /// Runs ptxas over the committed PTX, writes `host/ptx/ptxas-report.txt`, and fails on spills.
@@ -190,8 +249,15 @@ fn resource_report(allow_spills: bool) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask ptx --check`.
+/// `cargo xtask ptx --check`: the freshness check and the panic gate, both run, either fails it.
 pub fn check() -> Result<()> {
+    let fresh = check_fresh();
+    let gate = panic_gate();
+    both(fresh, gate)
+}
+
+/// That the committed PTX matches the kernel sources (and, with the same compiler, a rebuild).
+fn check_fresh() -> Result<()> {
     let manifest = read_manifest()?;
     let hash = source_hash()?;
     if manifest.source_hash != hash {
@@ -212,8 +278,15 @@ pub fn check() -> Result<()> {
         }
     }
     println!("ptx check: source hash matches ({hash})");
-    match toolchain::find() {
-        Ok(tc) if tc.version == manifest.compiler => {
+    let tc = match toolchain::find() {
+        Ok(tc) => tc,
+        Err(_) => {
+            println!("ptx check: no kernel toolchain here, so checked by source hash only");
+            return Ok(());
+        }
+    };
+    match byte_check(&manifest.compiler_identity, &tc.identity) {
+        ByteCheck::Compare => {
             for f in &manifest.ptx {
                 let fresh = compile(&tc, &f.arch, &root().join("target/ptx-check").join(&f.arch))?;
                 if hex(Sha256::digest(fresh.as_bytes())) != f.sha256 {
@@ -225,11 +298,80 @@ pub fn check() -> Result<()> {
             }
             println!("ptx check: rebuilt with {} and compared: byte-identical", tc.version);
         }
-        Ok(tc) => println!(
-            "ptx check: byte comparison skipped: the PTX was built by `{}`, this machine has `{}` ({})",
-            manifest.compiler, tc.version, tc.origin
+        ByteCheck::IdentityAbsent => println!(
+            "ptx check: recorded compiler identity absent (the manifest has `{}` but not its \
+             `rustc -vV`) → compared by source hash only; `cargo xtask ptx` records it",
+            manifest.compiler
         ),
-        Err(_) => println!("ptx check: no kernel toolchain here, so checked by source hash only"),
+        ByteCheck::IdentityDiffers(lines) => println!(
+            "ptx check: recorded compiler identity differs → compared by source hash only: the PTX \
+             was built by `{}`, this machine has `{}` ({}); differing: {}",
+            manifest.compiler,
+            tc.version,
+            tc.origin,
+            lines.join(", ")
+        ),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(commit: &str, llvm: &str) -> Vec<String> {
+        crate::toolchain::parse_identity(&format!(
+            "rustc 1.96.0 (ac68faa20 2026-05-25) (built from a source tarball)\nbinary: rustc\n\
+             commit-hash: {commit}\ncommit-date: 2026-05-25\nhost: x86_64-unknown-linux-gnu\n\
+             release: 1.96.0\nLLVM version: {llvm}\n"
+        ))
+    }
+
+    #[test]
+    fn manifests_without_the_compiler_identity_still_parse() {
+        // The manifest as written before `rustc -vV` was recorded.
+        let old = r#"{
+  "compiler": "rustc 1.96.0 (ac68faa20 2026-05-25) (built from a source tarball)",
+  "source_hash": "sha256:e05a",
+  "recipe": "cargo rustc",
+  "ptx": [{ "arch": "sm_80", "file": "flashattn_sm80.ptx", "sha256": "785a" }]
+}"#;
+        let m: Manifest = serde_json::from_str(old).expect("an old manifest parses");
+        assert!(m.compiler_identity.is_empty());
+        assert_eq!(
+            byte_check(&m.compiler_identity, &identity("ac68faa2", "22.1.8")),
+            ByteCheck::IdentityAbsent
+        );
+    }
+
+    #[test]
+    fn the_manifest_records_the_full_compiler_identity() {
+        let m = Manifest {
+            compiler: "rustc 1.96.0".into(),
+            compiler_identity: identity("ac68faa2", "22.1.8"),
+            source_hash: "sha256:0".into(),
+            recipe: RECIPE.into(),
+            ptx: Vec::new(),
+        };
+        let json = serde_json::to_string_pretty(&m).unwrap();
+        assert!(json.contains("\"compiler_identity\""), "{json}");
+        assert!(json.contains("LLVM version: 22.1.8"), "{json}");
+        assert_eq!(serde_json::from_str::<Manifest>(&json).unwrap(), m);
+    }
+
+    #[test]
+    fn bytes_are_compared_only_when_the_full_identity_matches() {
+        let recorded = identity("ac68faa2", "22.1.8");
+        assert_eq!(byte_check(&recorded, &identity("ac68faa2", "22.1.8")), ByteCheck::Compare);
+        // Same `rustc --version` line, another LLVM: the bytes may differ, so no comparison.
+        let ByteCheck::IdentityDiffers(lines) = byte_check(&recorded, &identity("ac68faa2", "22.1.9")) else {
+            panic!("another LLVM must not be byte-compared")
+        };
+        assert_eq!(lines, ["recorded `LLVM version: 22.1.8`", "here `LLVM version: 22.1.9`"]);
+        assert!(matches!(
+            byte_check(&recorded, &identity("0000000", "22.1.8")),
+            ByteCheck::IdentityDiffers(_)
+        ));
+        assert!(matches!(byte_check(&recorded, &[]), ByteCheck::IdentityDiffers(_)));
+    }
 }

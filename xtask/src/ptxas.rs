@@ -52,11 +52,16 @@ pub fn find() -> Option<PathBuf> {
 pub fn install() -> Result<PathBuf> {
     let dest = install_dir().join("cuda-nvcc");
     println!("setup: installing ptxas ({NVCC_WHEEL}) into {}", dest.display());
-    crate::util::run(
+    crate::util::run_fetching(
         Command::new("python3")
             .args(["-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:", "--target"])
             .arg(&dest)
             .arg(NVCC_WHEEL),
+        "PyPI (the nvidia-cuda-nvcc wheel, for ptxas)",
+        &format!(
+            "install ptxas by hand (a CUDA toolkit, or `pip install '{NVCC_WHEEL}'`) and set \
+             FLASHATTN_PTXAS to it; without ptxas only the register/spill report is skipped"
+        ),
     )?;
     wheel_ptxas(&dest).ok_or_else(|| format!("the wheel installed, but no ptxas under {}", dest.display()))
 }

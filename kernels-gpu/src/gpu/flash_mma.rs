@@ -107,13 +107,13 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
 #[inline(always)]
 fn to_probs<const MI: usize, const NT: usize, const EXACT: bool>(
     s: &mut [[[f32; 4]; NT]; MI],
-    steps: &[[BlockStep; 2]; MI],
+    maxes: &[[f32; 2]; MI],
     state: &mut [[OnlineSoftmax; 2]; MI],
     scale_log2: f32,
 ) {
     for mi in 0..MI {
         for half in 0..2 {
-            let step = steps[mi][half];
+            let step = BlockStep::for_max(maxes[mi][half], scale_log2);
             let mut sum = 0.0;
             for st in s[mi].iter_mut() {
                 for e in 0..2 {
@@ -311,24 +311,21 @@ unsafe fn flash_fwd_mma<
         }
 
         // Online softmax on the accumulators: rows g (elements 0, 1) and g+8 (elements 2, 3).
-        let mut steps = [[OnlineSoftmax::new().current(p.scale_log2); 2]; MI];
+        // The row maxima first; the output is rescaled before the probabilities are formed, so
+        // that only each row's maximum stays live across the rescale.
+        let mut maxes = [[f32::NEG_INFINITY; 2]; MI];
+        let mut alphas = [[1.0f32; 2]; MI];
         for mi in 0..MI {
             for half in 0..2 {
                 let mut m = f32::NEG_INFINITY;
                 for st in &s[mi] {
                     m = m.max(st[2 * half]).max(st[2 * half + 1]);
                 }
-                steps[mi][half] = state[mi][half].step(shuffle::max4(m), p.scale_log2);
+                let step = state[mi][half].step(shuffle::max4(m), p.scale_log2);
+                alphas[mi][half] = step.alpha;
+                maxes[mi][half] = step.max;
             }
         }
-        // One FMA per score unless some row's maximum is too large for it (a huge scale): a
-        // warp-uniform choice, once per tile (see `softmax`).
-        if shuffle::all(steps.iter().flatten().all(|st| st.fused_ok())) {
-            to_probs::<MI, NT, false>(&mut s, &steps, &mut state, p.scale_log2);
-        } else {
-            to_probs::<MI, NT, true>(&mut s, &steps, &mut state, p.scale_log2);
-        }
-        let alphas = steps.map(|m| m.map(|st| st.alpha));
         // Rescale the output only when some row's maximum moved (α = 1 exactly otherwise, and
         // multiplying by 1 changes nothing): once the maxima settle, most tiles skip it.
         if !shuffle::all(alphas.iter().flatten().all(|&a| a == 1.0)) {
@@ -340,6 +337,14 @@ unsafe fn flash_fwd_mma<
                     ot[3] *= am[1];
                 }
             }
+        }
+        // One FMA per score unless some row's maximum is too large for it (a huge scale): a
+        // warp-uniform choice, once per tile (see `softmax`).
+        let fused = maxes.iter().flatten().all(|&m| BlockStep::for_max(m, p.scale_log2).fused_ok());
+        if shuffle::all(fused) {
+            to_probs::<MI, NT, false>(&mut s, &maxes, &mut state, p.scale_log2);
+        } else {
+            to_probs::<MI, NT, true>(&mut s, &maxes, &mut state, p.scale_log2);
         }
 
         // O += P·V_j, with P repacked from accumulators into A fragments.
