@@ -605,11 +605,8 @@ $L__BB1_2:
         assert_eq!(readable("my_panic"), "my_panic");
     }
 
-    /// The gate on the committed PTX (no rebuild): `cargo test -p xtask -- --ignored
-    /// --nocapture committed_ptx`. Ignored while the kernels still hold panics (the gate fails on
-    /// them); `cargo xtask ptx --check` runs the same gate.
+    /// The gate on the committed PTX (no rebuild); `cargo xtask ptx --check` runs the same gate.
     #[test]
-    #[ignore = "fails while the committed kernels can still panic; run with --ignored"]
     fn committed_ptx_reaches_no_panic() {
         let dir = crate::util::root().join("host/ptx");
         let mut failures = Vec::new();
