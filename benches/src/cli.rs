@@ -47,7 +47,8 @@ pub enum Command {
 pub enum Check {
     /// No error columns.
     None,
-    /// The f64 oracle on one or two (sequence, head) slices (sampled rows when large).
+    /// The test kit's f64 oracle and low-precision baseline on one or two (sequence, head) slices
+    /// (sampled rows when large), and its tolerance rule.
     Oracle,
     /// The oracle, plus every element against a GPU f32 flash run where the oracle only sampled.
     Full,

@@ -15,8 +15,11 @@ use std::time::Instant;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use flashattn::{
-    DType, Device, DeviceBuffer, Error, GpuTimer, InvalidInput, Method, Plan, Problem, bf16, f16,
+    AttentionOptions, DType, Device, DeviceBuffer, Element, Error, GpuTimer, InvalidInput, Method, Plan,
+    Problem, bf16, f16,
 };
+use flashattn_testkit::oracle::{self, RowsReference};
+use flashattn_testkit::tolerance;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -24,7 +27,6 @@ use crate::cli::{Check, OneArgs, RunArgs};
 use crate::inputs::{PoolElem, Pools, SLACK, window_offsets};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
-use crate::oracle;
 use crate::record::{CompletePath, ErrorStats, Row, Timing};
 use crate::shapes::{Case, Shape, Variant, check_shape};
 use crate::stats::Summary;
@@ -216,7 +218,8 @@ impl<'a> GpuRunner<'a> {
             }
             Ok::<(), String>(())
         };
-        let problem = match models::problem(shape) {
+        let validated = models::problem(shape).and_then(|p| Ok((p, models::options(shape)?)));
+        let (problem, base_opts) = match validated {
             Ok(p) => p,
             Err(e) => {
                 fail_all(emit, "invalid", e.to_string(), None)?;
@@ -260,14 +263,9 @@ impl<'a> GpuRunner<'a> {
             return Ok(Flow::Continue);
         }
 
-        // References: the f64 oracle on a slice or two, and where it only samples rows, a GPU f32
-        // flash run over every element.
-        let checks = (self.args.check != Check::None).then(|| oracle::plan(&problem, ORACLE_BUDGET));
-        let refs: Vec<Vec<f64>> = checks
-            .iter()
-            .flat_map(|c| c.slices.iter())
-            .map(|(s, h, rows)| oracle::reference(&problem, hq, hk, hv, *s, *h, rows))
-            .collect();
+        // References: the test kit's oracle and baseline on a slice or two, and where the oracle
+        // only samples rows, a GPU f32 flash run over every element.
+        let checks = (self.args.check != Check::None).then(|| References::new(&problem, [hq, hk, hv]));
         let need_f32 = self.args.check == Check::Full
             && shape.dtype != DType::F32
             && checks.as_ref().is_some_and(|c| !c.complete);
@@ -282,7 +280,7 @@ impl<'a> GpuRunner<'a> {
                 return Ok(Flow::Stop);
             }
             let mut row = variant_row(&base, v);
-            let opts = models::options(shape, Some(v));
+            let opts = models::with_variant(&base_opts, v);
             let plan = match self.dev.plan::<T>(&problem, &opts) {
                 Ok(p) => p,
                 Err(err) => {
@@ -291,11 +289,10 @@ impl<'a> GpuRunner<'a> {
                     continue;
                 }
             };
-            row.block_m = Some(plan.block_m);
-            row.block_n = Some(plan.block_n);
-            row.kernel = Some(plan.kernel.to_string());
-            row.extra_bytes_plan = Some(plan.extra_bytes);
-            row.bytes_model = Some(models::method_bytes(shape, plan.method, plan.block_m, plan.block_n));
+            (row.block_m, row.block_n) = (plan.tiles.map(|t| t.0), plan.tiles.map(|t| t.1));
+            row.kernel = Some(plan.kernel().to_string());
+            row.extra_bytes_plan = Some(plan.scratch_bytes);
+            row.bytes_model = Some(models::plan_bytes(shape, plan.tiles));
             let mut calls = Calls { dev: self.dev, sets: &mut sets, opts: &opts, layouts, next: 0 };
             let measured = measure(&mut calls, &mut self.timers, self.args);
             match measured {
@@ -303,12 +300,19 @@ impl<'a> GpuRunner<'a> {
                     row.timing = Some(m.timing);
                     row.extra_bytes_measured = Some(m.extra_measured);
                     if need_f32 && f32_ref.is_none() {
-                        let r = self.f32_reference(shape, &calls.layouts, [hq, hk, hv]);
+                        let r = self.f32_reference(&base_opts, &calls.layouts, [hq, hk, hv]);
                         f32_ref = Some(r.map_err(|e| format!("f32 reference: {e}")));
                     }
                     if let Some(c) = &checks {
-                        row.error =
-                            Some(error_stats(&problem, &m.output, c, &refs, f32_ref.as_ref(), shape.dtype));
+                        let mut e = c.error_stats(&problem, hv, &m.output);
+                        match &f32_ref {
+                            Some(Ok(r)) => e.f32_ref_max_abs = Some(max_diff(&m.output, r)),
+                            Some(Err(msg)) => {
+                                e.note = Some(e.note.map_or(msg.clone(), |n| format!("{n}; {msg}")))
+                            }
+                            None => {}
+                        }
+                        row.error = Some(e);
                     }
                     // The complete path with the library's tiles only (tile overrides are a
                     // kernel-time question).
@@ -334,7 +338,7 @@ impl<'a> GpuRunner<'a> {
     /// Every output element of the flash method on f32 copies of set 0's inputs.
     fn f32_reference<T: PoolElem>(
         &self,
-        shape: &Shape,
+        opts: &AttentionOptions,
         l: &Layouts,
         host: [&[T]; 3],
     ) -> flashattn::Result<Vec<f32>> {
@@ -344,7 +348,7 @@ impl<'a> GpuRunner<'a> {
         };
         let (q, k, v) = (up(host[0])?, up(host[1])?, up(host[2])?);
         let mut o = self.dev.alloc::<f32>(l.lens().0)?;
-        let opts = models::options(shape, Some(&Variant { method: Method::Flash, tiles: None }));
+        let opts = AttentionOptions { method: Method::Flash, ..opts.clone() };
         self.dev.attention(q.view(l.q), k.view(l.k), v.view(l.k), o.view_mut(l.o), None, &opts)?;
         self.dev.download(&o)
     }
@@ -546,35 +550,47 @@ fn measure<T: PoolElem>(
     })
 }
 
-/// Errors of a variant's output against the references.
-fn error_stats<T: PoolElem>(
-    p: &Problem,
-    out: &[T],
-    checks: &oracle::Checks,
-    refs: &[Vec<f64>],
-    f32_ref: Option<&Result<Vec<f32>, String>>,
-    dtype: DType,
-) -> ErrorStats {
-    let d = oracle::compare(p, out, checks, refs);
-    let mut e = ErrorStats {
-        oracle_max_abs: Some(d.max_abs),
-        oracle_ref_max_abs: Some(d.ref_max_abs),
-        oracle_rows: checks.rows(),
-        oracle_complete: checks.complete,
-        nonfinite: d.nonfinite,
-        unit_roundoff: dtype.unit_roundoff(),
-        ..Default::default()
-    };
-    match f32_ref {
-        Some(Ok(r)) => {
-            let all = oracle::compare_all(out, r);
-            e.f32_ref_max_abs = Some(all.max_abs);
-            e.nonfinite = e.nonfinite.max(all.nonfinite);
-        }
-        Some(Err(msg)) => e.note = Some(msg.clone()),
-        None => {}
+/// Max |out − reference| over the elements where both are finite.
+fn max_diff<T: Element>(out: &[T], reference: &[f32]) -> f64 {
+    let d = out.iter().zip(reference).map(|(a, &b)| (f64::from(a.to_f32()) - f64::from(b)).abs());
+    d.filter(|x| x.is_finite()).fold(0.0, f64::max)
+}
+
+/// The test kit's references on the rows an error check covers: its oracle (f64) and baseline
+/// (standard attention in the input dtype) on one or two `(sequence, head)` slices, whole when
+/// that fits [`ORACLE_BUDGET`], else on evenly spaced rows.
+pub struct References<T> {
+    rows: RowsReference<T>,
+    /// Whether the slices are complete.
+    pub complete: bool,
+}
+
+impl<T: Element> References<T> {
+    /// Computes both references from the inputs `[q, k, v]` of `problem`.
+    pub fn new(problem: &Problem, [q, k, v]: [&[T]; 3]) -> References<T> {
+        let sample = oracle::sample_rows(problem, ORACLE_BUDGET);
+        References { rows: oracle::reference_rows(problem, q, k, v, &sample.rows), complete: sample.complete }
     }
-    e
+
+    /// The test kit's tolerance rule on an output (laid out as `problem.o`) computed from V = `v`.
+    pub fn error_stats(&self, problem: &Problem, v: &[T], out: &[T]) -> ErrorStats {
+        let e = tolerance::output_errors_rows(problem, &self.rows, v, out);
+        let failure = e.failure(T::DTYPE);
+        ErrorStats {
+            oracle_max_abs: Some(e.err),
+            oracle_ref_max_abs: Some(self.rows.out.iter().fold(0.0, |m, x| m.max(x.abs()))),
+            oracle_rows: self.rows.rows.len(),
+            oracle_complete: self.complete,
+            baseline_max_abs: Some(e.err_baseline),
+            atol: Some(e.atol),
+            f32_bound: e.f32_bound,
+            rule_ratio: Some(e.rule_ratio()),
+            within_rule: Some(failure.is_none()),
+            f32_ref_max_abs: None,
+            nonfinite: out.iter().filter(|x| !x.to_f32().is_finite()).count() as u64,
+            note: failure.map(|(_, why)| why),
+        }
+    }
 }
 
 /// Layout, enqueue cost, stream vs CUDA-graph time per call, added to `cp`.
@@ -699,14 +715,8 @@ fn one_typed<T: PoolElem>(
     let mut o = dev.alloc::<T>(lq)?;
     let p = models::problem(shape)?;
     let mut lse = dev.alloc::<f32>(p.lse_len())?;
-    dev.attention(
-        q.view(l.q),
-        k.view(l.k),
-        v.view(l.k),
-        o.view_mut(l.o),
-        Some(&mut lse),
-        &models::options(shape, Some(variant)),
-    )?;
+    let opts = models::with_variant(&models::options(shape)?, variant);
+    dev.attention(q.view(l.q), k.view(l.k), v.view(l.k), o.view_mut(l.o), Some(&mut lse), &opts)?;
     dev.synchronize()
 }
 
@@ -720,8 +730,9 @@ mod tests {
         let oom =
             Error::OutOfMemory { what: "S".into(), requested: 412, requested_gib: 0.0, free: 1, total: 2 };
         assert_eq!(classify(&oom), ("oom", Some(412)));
+        let reason = flashattn::Reason::DType { dtype: DType::F32 };
         let unsupported =
-            Error::InvalidInput(InvalidInput::Unsupported { method: "flash-tc", why: "f32".into() });
+            Error::InvalidInput(InvalidInput::Unsupported { method: Method::FlashTensorCore, reason });
         assert_eq!(classify(&unsupported), ("unsupported", None));
         assert_eq!(
             classify(&Error::InvalidInput(InvalidInput::HeadDim { head_dim: 300 })),

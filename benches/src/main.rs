@@ -14,7 +14,6 @@ mod inputs;
 mod meta;
 mod models;
 mod ncu;
-mod oracle;
 mod peers;
 mod plots;
 mod progress;
@@ -37,7 +36,7 @@ use crate::inputs::Pools;
 use crate::meta::RunInfo;
 use crate::progress::Progress;
 use crate::record::{Ceilings, JsonlWriter, Meta, ROWS_FILE, Record, Row};
-use crate::shapes::{Case, TileSpec, Variant};
+use crate::shapes::{Case, Preset, TileSpec, Variant};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -69,14 +68,16 @@ enum End {
 fn run(args: &RunArgs) -> Result<(), String> {
     // Everything about the flags is checked here, before any device work.
     let cases = args.cases()?;
+    // `--preset cpu` is the CPU sweep whether or not a GPU is there.
+    let cpu = args.cpu || args.preset == Preset::Cpu;
     if args.list {
-        let cases = if args.cpu { cpu::cases(&args.overrides())?.0 } else { cases };
+        let cases = if cpu { cpu::cases(&args.overrides())?.0 } else { cases };
         for c in &cases {
             let v: Vec<String> = c
                 .variants
                 .iter()
                 .map(|v| {
-                    if args.cpu {
+                    if cpu {
                         v.label().replacen(v.method.name(), cpu::method_name(v.method), 1)
                     } else {
                         v.label()
@@ -108,7 +109,7 @@ fn run(args: &RunArgs) -> Result<(), String> {
             );
         });
     }
-    let device = if args.cpu {
+    let device = if cpu {
         None
     } else {
         match Device::new(args.device) {

@@ -52,28 +52,26 @@ impl Layouts {
     }
 }
 
-/// The options of one call: mask, varlen offsets, method and tile override.
-pub fn options(shape: &Shape, variant: Option<&Variant>) -> AttentionOptions {
-    let varlen = shape.mask.varlen().then(|| {
-        let (q, k) = shape.lengths();
-        VarLen::from_lengths(&q, &k)
-    });
-    let (method, tiles) = match variant {
-        Some(v) => (
-            v.method,
-            v.tiles
-                .map_or(Tiles::default(), |t| Tiles { block_m: Some(t.block_m), block_n: Some(t.block_n) }),
-        ),
-        None => (Method::Flash, Tiles::default()),
-    };
-    AttentionOptions { causal: shape.mask.causal(), varlen, method, tiles, scale: None }
+/// The options of a call on `shape` with the library's defaults (method `Flash`): mask and
+/// varlen offsets.
+pub fn options(shape: &Shape) -> Result<AttentionOptions, InvalidInput> {
+    let (q, k) = shape.lengths();
+    let varlen = shape.mask.varlen().then(|| VarLen::from_lengths(&q, &k)).transpose()?;
+    Ok(AttentionOptions { causal: shape.mask.causal(), varlen, method: Method::Flash, ..Default::default() })
+}
+
+/// `opts` with a variant's method and tile override.
+pub fn with_variant(opts: &AttentionOptions, v: &Variant) -> AttentionOptions {
+    let tiles =
+        v.tiles.map_or(Tiles::default(), |t| Tiles { block_m: Some(t.block_m), block_n: Some(t.block_n) });
+    AttentionOptions { method: v.method, tiles, ..opts.clone() }
 }
 
 /// The validated problem of a shape (the library's own checks).
 pub fn problem(shape: &Shape) -> Result<Problem, InvalidInput> {
     let l = Layouts::new(shape, false);
     let (lq, lk) = l.lens();
-    Problem::new(l.q, l.k, l.k, l.o, [lq, lk, lk, lq], &options(shape, None))
+    Problem::new(l.q, l.k, l.k, l.o, [lq, lk, lk, lq], &options(shape)?)
 }
 
 /// FLOPs of one call (see the module doc).
@@ -134,11 +132,11 @@ pub fn standard_bytes(shape: &Shape) -> f64 {
     total
 }
 
-/// Modeled bytes of `method` with the tiles its plan chose.
-pub fn method_bytes(shape: &Shape, method: Method, block_m: usize, block_n: usize) -> f64 {
-    match method {
-        Method::Standard => standard_bytes(shape),
-        _ => flash_bytes(shape, block_m, block_n),
+/// Modeled bytes of a plan: standard attention's, or the flash kernel's with the plan's tiles.
+pub fn plan_bytes(shape: &Shape, tiles: Option<(usize, usize)>) -> f64 {
+    match tiles {
+        None => standard_bytes(shape),
+        Some((block_m, block_n)) => flash_bytes(shape, block_m, block_n),
     }
 }
 
@@ -208,7 +206,7 @@ mod tests {
         let (b, h, n, d, e) = (2.0, 3.0, 128.0, 64.0, 2.0);
         let want = b * h * (4.0 * n * d * e + 8.0 * n * n + 2.0 * e * n * n + 4.0 * n);
         assert_eq!(standard_bytes(&s), want);
-        assert_eq!(method_bytes(&s, Method::Standard, 1, 128), want);
+        assert_eq!(plan_bytes(&s, None), want);
         assert_eq!(io_bytes(&s) as f64, b * h * (4.0 * n * d * e + 4.0 * n));
     }
 
@@ -237,6 +235,6 @@ mod tests {
         let l = Layouts::new(&v, false);
         assert_eq!((l.q.batch, l.q.seqlen), (1, 150));
         assert!(problem(&v).is_ok());
-        assert!(options(&v, None).varlen.is_some());
+        assert!(options(&v).unwrap().varlen.is_some());
     }
 }

@@ -132,7 +132,8 @@ impl Timing {
     }
 }
 
-/// How far the output is from a reference.
+/// How far the output is from the references, by the test kit's tolerance rule
+/// (`flashattn_testkit::tolerance`) on the checked rows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ErrorStats {
@@ -144,14 +145,22 @@ pub struct ErrorStats {
     pub oracle_rows: usize,
     /// Whether the checked slices were complete (every query row) or sampled rows.
     pub oracle_complete: bool,
+    /// Max |baseline − oracle| on the same rows: standard attention in the input dtype.
+    pub baseline_max_abs: Option<f64>,
+    /// The rule's allowance for the output dtype's rounding.
+    pub atol: Option<f64>,
+    /// The rule's absolute bound for f32 outputs.
+    pub f32_bound: Option<f64>,
+    /// `oracle_max_abs / (2·baseline_max_abs + atol)`.
+    pub rule_ratio: Option<f64>,
+    /// The rule's verdict: finite, masked rows 0, and within 2·baseline + atol (f16, bf16) or
+    /// the f32 bound (f32).
+    pub within_rule: Option<bool>,
     /// Max |out − GPU f32 flash run on the f32-upcast inputs| over every output element.
     pub f32_ref_max_abs: Option<f64>,
-    /// Output elements that were NaN or infinite where the reference was finite.
+    /// Output elements that were NaN or infinite (over the whole output).
     pub nonfinite: u64,
-    /// Unit roundoff of the dtype.
-    #[serde(deserialize_with = "nan_if_null")]
-    pub unit_roundoff: f64,
-    /// Why a check could not run.
+    /// Why the rule failed, or why a check could not run.
     pub note: Option<String>,
 }
 
@@ -338,7 +347,7 @@ pub struct Loaded {
 
 impl Loaded {
     /// Rows only.
-    pub fn rows(&self) -> impl Iterator<Item = &Row> {
+    pub fn rows(&self) -> impl DoubleEndedIterator<Item = &Row> {
         self.records.iter().filter_map(|r| if let Record::Row(row) = r { Some(row.as_ref()) } else { None })
     }
 

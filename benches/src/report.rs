@@ -1,17 +1,20 @@
 //! `report`: reads the JSONL files of a results folder (ours and the peers') and writes
-//! `report.md` and the SVG plots next to it.
+//! `report.md` and the SVG plots next to it. Every table is a list of columns ([`Col`]) over a
+//! list of rows; the text that does not depend on the data is `report-method.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::ceilings;
 use crate::plots;
-use crate::record::{Ceilings, Loaded, Meta, Row, load_dir};
+use crate::record::{Ceilings, CompletePath, ErrorStats, Loaded, Meta, Row, Timing, load_dir};
 use crate::shapes::{HEADLINE_HIDDEN, HEADLINE_TOKENS};
 
 /// The report's file name.
 pub const REPORT_FILE: &str = "report.md";
+/// How the numbers were measured, and the formulas.
+const METHOD_TEXT: &str = include_str!("report-method.md");
 
 /// Our methods in table order.
 const OUR_METHODS: [&str; 4] = ["flash", "flash-tc", "auto", "standard"];
@@ -24,97 +27,71 @@ pub const PEERS: [(&str, &str); 5] = [
     ("torch-naive", "naive torch"),
 ];
 
-/// Everything the report reads, deduplicated (a row measured twice keeps the later one).
+/// Everything the report reads: our GPU and CPU rows and the peers' (deduplicated: a row
+/// measured twice keeps the later one), the last metadata of our run and of the peers', the
+/// device ceilings, and the lines that could not be read.
 pub struct Data {
-    /// Our GPU rows.
     pub gpu: Vec<Row>,
-    /// Our CPU rows.
     pub cpu: Vec<Row>,
-    /// The peers' rows.
     pub peers: Vec<Row>,
-    /// Our run's metadata (the last one).
     pub meta: Option<Meta>,
-    /// The peers' metadata (the last one).
     pub peers_meta: Option<Meta>,
-    /// Roofline ceilings.
     pub ceilings: Ceilings,
-    /// Lines that could not be read.
     pub skipped: Vec<String>,
-}
-
-fn dedupe<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<Row> {
-    let mut order: Vec<(String, String, String, Option<String>)> = Vec::new();
-    let mut last: BTreeMap<(String, String, String, Option<String>), Row> = BTreeMap::new();
-    for r in rows {
-        let id = (r.backend.clone(), r.key.clone(), r.method.clone(), r.tiles.clone());
-        if !last.contains_key(&id) {
-            order.push(id.clone());
-        }
-        last.insert(id, r.clone());
-    }
-    order.into_iter().filter_map(|id| last.remove(&id)).collect()
 }
 
 impl Data {
     /// From loaded records; `ceilings` overrides the recorded ones.
     pub fn new(loaded: &Loaded, ceilings: Option<(f64, f64)>) -> Data {
-        let rows = dedupe(loaded.rows());
-        let by = |b: &str| rows.iter().filter(|r| r.backend == b).cloned().collect::<Vec<_>>();
+        let mut seen = BTreeSet::new();
+        let mut rows: Vec<&Row> =
+            loaded.rows().rev().filter(|r| seen.insert((&r.backend, &r.key, &r.method, &r.tiles))).collect();
+        rows.reverse();
+        let by = |b: &str| rows.iter().filter(|r| r.backend == b).map(|&r| r.clone()).collect();
         let meta = loaded.metas().filter(|m| m.source != "peers.py").last().cloned();
-        let peers_meta = loaded.metas().filter(|m| m.source == "peers.py").last().cloned();
         let device = meta.as_ref().map_or("", |m| m.device.as_str());
-        let ceilings = match ceilings {
-            Some((bw, tf)) => {
-                Ceilings { bandwidth_tbs: bw, tflops: tf, source: "--ceilings".into(), ..Default::default() }
-            }
-            None => loaded.ceilings().cloned().unwrap_or_else(|| ceilings::defaults("", device)),
+        let flag = |(bw, tf)| Ceilings {
+            bandwidth_tbs: bw,
+            tflops: tf,
+            source: "--ceilings".into(),
+            ..Default::default()
         };
+        let ceilings = ceilings.map(flag).or_else(|| loaded.ceilings().cloned());
+        let ceilings = ceilings.unwrap_or_else(|| ceilings::defaults("", device));
         Data {
             gpu: by("gpu"),
             cpu: by("cpu"),
             peers: by("peer"),
+            peers_meta: loaded.metas().filter(|m| m.source == "peers.py").last().cloned(),
             meta,
-            peers_meta,
             ceilings,
             skipped: loaded.skipped.clone(),
         }
     }
 
     /// Our methods present, in table order (any unknown ones after).
-    pub fn our_methods(&self) -> Vec<String> {
-        let mut m: Vec<String> = OUR_METHODS
-            .iter()
-            .filter(|n| self.gpu.iter().any(|r| r.method == **n))
-            .map(|s| s.to_string())
-            .collect();
-        for r in &self.gpu {
-            if !m.contains(&r.method) {
-                m.push(r.method.clone());
-            }
-        }
+    fn our_methods(&self) -> Vec<&str> {
+        let mut m: Vec<&str> = self.gpu.iter().map(|r| r.method.as_str()).collect();
+        m.sort_by_key(|x| (OUR_METHODS.iter().position(|o| o == x).unwrap_or(OUR_METHODS.len()), *x));
+        m.dedup();
         m
     }
 
     /// Peer backends present, in table order.
-    pub fn peer_methods(&self) -> Vec<(&'static str, &'static str)> {
-        PEERS.iter().copied().filter(|(m, _)| self.peers.iter().any(|r| r.method == *m)).collect()
+    fn peer_methods(&self) -> Vec<(&'static str, &'static str)> {
+        PEERS.into_iter().filter(|(m, _)| self.peers.iter().any(|r| r.method == *m)).collect()
     }
 
-    /// Our row of `key` and `method` with the library's tiles.
-    pub fn ours(&self, key: &str, method: &str) -> Option<&Row> {
-        self.gpu.iter().find(|r| r.key == key && r.method == method && r.tiles.is_none())
-    }
-
-    /// The peer row of `key` and backend `method`.
-    pub fn peer(&self, key: &str, method: &str) -> Option<&Row> {
-        self.peers.iter().find(|r| r.key == key && r.method == method)
+    /// Our row (with the library's tiles) or the peer row of `key` and `method`.
+    fn find(&self, peer: bool, key: &str, method: &str) -> Option<&Row> {
+        let rows = if peer { &self.peers } else { &self.gpu };
+        rows.iter().find(|r| r.key == key && r.method == method && r.tiles.is_none())
     }
 
     /// Our fastest measured row of `key` (library tiles).
-    pub fn best(&self, key: &str) -> Option<&Row> {
-        self.gpu
-            .iter()
-            .filter(|r| r.key == key && r.tiles.is_none() && r.ok() && r.tflops.is_some())
+    fn best(&self, key: &str) -> Option<&Row> {
+        let rows = self.gpu.iter().filter(|r| r.key == key && r.tiles.is_none() && r.ok());
+        rows.filter(|r| r.tflops.is_some())
             .max_by(|a, b| a.tflops.unwrap_or(0.0).total_cmp(&b.tflops.unwrap_or(0.0)))
     }
 }
@@ -131,8 +108,7 @@ pub fn is_headline(r: &Row) -> bool {
 /// A byte count for reading: B, KiB, MiB, GiB.
 pub fn bytes(b: f64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut x = b;
-    let mut i = 0;
+    let (mut x, mut i) = (b, 0);
     while x >= 1024.0 && i + 1 < units.len() {
         x /= 1024.0;
         i += 1;
@@ -144,16 +120,30 @@ fn opt<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
     x.map_or_else(|| "–".to_string(), f)
 }
 
+fn sci(x: Option<f64>) -> String {
+    opt(x, |v| if v == 0.0 { "0".to_string() } else { format!("{v:.1e}") })
+}
+
+fn ms(x: Option<f64>) -> String {
+    opt(x, |v| format!("{v:.*}", [(100.0, 1), (1.0, 3)].iter().find(|t| v >= t.0).map_or(4, |t| t.1)))
+}
+
+fn gb(x: Option<f64>) -> String {
+    opt(x, |v| format!("{:.3}", v / 1e9))
+}
+
+fn byte_cell(x: Option<u64>) -> String {
+    opt(x, |b| bytes(b as f64))
+}
+
 /// TFLOP/s of a row, or its status.
 pub fn tflops_cell(r: Option<&Row>) -> String {
     match r {
         None => "–".to_string(),
         Some(r) if r.ok() => opt(r.tflops, |t| format!("{t:.1}")),
-        Some(r) => match r.status.as_str() {
-            "oom" => "OOM".to_string(),
-            "unsupported" => "n/a".to_string(),
-            s => s.to_string(),
-        },
+        Some(r) if r.status == "oom" => "OOM".to_string(),
+        Some(r) if r.status == "unsupported" => "n/a".to_string(),
+        Some(r) => r.status.clone(),
     }
 }
 
@@ -164,44 +154,63 @@ fn ratio(ours: Option<&Row>, peer: Option<&Row>) -> String {
     }
 }
 
-fn sci(x: Option<f64>) -> String {
-    opt(x, |v| if v == 0.0 { "0".to_string() } else { format!("{v:.1e}") })
+fn label(r: &Row) -> String {
+    r.tiles.as_ref().map_or_else(|| r.method.clone(), |t| format!("{} {t}", r.method))
 }
 
-fn ms(x: Option<f64>) -> String {
-    opt(x, |v| {
-        if v >= 100.0 {
-            format!("{v:.1}")
-        } else if v >= 1.0 {
-            format!("{v:.3}")
-        } else {
-            format!("{v:.4}")
-        }
-    })
+fn err(r: &Row, f: impl Fn(&ErrorStats) -> Option<f64>) -> Option<f64> {
+    r.error.as_ref().and_then(f)
 }
 
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let _ = writeln!(out, "|{}|", header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
-    for r in rows {
-        let _ = writeln!(out, "| {} |", r.join(" | ").replace('\n', " "));
+/// A table column: header, and the cell of an item (a row, or a group of rows).
+type Col<'a, T = Row> = (String, Box<dyn Fn(&T) -> String + 'a>);
+
+fn col_of<'a, T>(header: impl Into<String>, cell: impl Fn(&T) -> String + 'a) -> Col<'a, T> {
+    (header.into(), Box::new(cell))
+}
+
+fn col<'a>(header: impl Into<String>, cell: impl Fn(&Row) -> String + 'a) -> Col<'a> {
+    col_of(header, cell)
+}
+
+/// The shape key and the method (with its tiles), then `cols`.
+fn shape_cols<'a>(cols: impl IntoIterator<Item = Col<'a>>) -> Vec<Col<'a>> {
+    [col("shape", |r| format!("`{}`", r.key)), col("method", label)].into_iter().chain(cols).collect()
+}
+
+fn table<T>(out: &mut String, items: &[&T], cols: &[Col<'_, T>]) {
+    let header: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    let _ = writeln!(out, "| {} |\n|{}|", header.join(" | "), vec!["---"; cols.len()].join("|"));
+    for item in items {
+        let cells: Vec<String> = cols.iter().map(|c| (c.1)(item).replace('\n', " ")).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     out.push('\n');
 }
 
-fn label(r: &Row) -> String {
-    match &r.tiles {
-        Some(t) => format!("{} {t}", r.method),
-        None => r.method.clone(),
+/// A section: heading and text, the plots whose file names start with `plot`, and the table
+/// (folded under `details` when given); nothing at all without items.
+fn section<T>(out: &mut String, plots: &plots::Written, head: [&str; 4], items: &[&T], cols: &[Col<'_, T>]) {
+    let [title, text, plot, details] = head;
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## {title}\n\n{text}\n");
+    for (file, caption) in plots.files.iter().filter(|(f, _)| !plot.is_empty() && f.starts_with(plot)) {
+        let _ = writeln!(out, "![{caption}]({file})\n");
+    }
+    if !details.is_empty() {
+        let _ = writeln!(out, "<details><summary>{details}</summary>\n");
+    }
+    table(out, items, cols);
+    if !details.is_empty() {
+        out.push_str("</details>\n\n");
     }
 }
 
-/// Masks in table order.
-fn mask_rank(m: &str) -> usize {
-    ["none", "causal", "varlen", "varlen-causal"].iter().position(|x| *x == m).unwrap_or(9)
-}
-
-fn sorted_keys<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<&'a Row> {
+/// Rows in table order: dtype, head dim, mask, lengths.
+fn sorted<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<&'a Row> {
+    let mask_rank = |m: &str| ["none", "causal", "varlen", "varlen-causal"].iter().position(|x| *x == m);
     let mut v: Vec<&Row> = rows.collect();
     v.sort_by_key(|r| {
         (r.dtype.clone(), r.head_dim, mask_rank(&r.mask), r.seqlen_q, r.seqlen_k, r.batch, r.heads)
@@ -209,131 +218,11 @@ fn sorted_keys<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<&'a Row> {
     v
 }
 
-/// Distinct keys in sorted order.
-fn keys<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<&'a Row> {
-    let mut seen = std::collections::BTreeSet::new();
-    sorted_keys(rows).into_iter().filter(|r| seen.insert(r.key.clone())).collect()
+/// One row per distinct shape, in table order.
+fn shapes<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<&'a Row> {
+    let mut seen = BTreeSet::new();
+    sorted(rows).into_iter().filter(|r| seen.insert(r.key.clone())).collect()
 }
-
-fn meta_section(out: &mut String, d: &Data) {
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut kv = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
-    if let Some(m) = &d.meta {
-        kv("device", m.device.clone());
-        for (k, name) in [
-            ("compute_capability", "compute capability"),
-            ("sm_count", "SMs"),
-            ("driver_version", "CUDA driver"),
-            ("ptx_target", "PTX target"),
-            ("l2_bytes", "L2 cache"),
-            ("total_memory", "device memory"),
-        ] {
-            if let Some(v) = m.extra.get(k) {
-                let text = match v.as_f64() {
-                    Some(b) if k.ends_with("bytes") || k.ends_with("memory") => bytes(b),
-                    _ => v.to_string().trim_matches('"').to_string(),
-                };
-                kv(name, text);
-            }
-        }
-        kv("commit", m.commit.clone());
-        kv("host", m.host.clone());
-        kv("started", m.timestamp.clone());
-        if let Some(a) = m.extra.get("args") {
-            kv(
-                "command",
-                format!(
-                    "`{}`",
-                    a.as_array().map_or(String::new(), |v| v
-                        .iter()
-                        .filter_map(|x| x.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" "))
-                ),
-            );
-        }
-    }
-    if let Some(p) = &d.peers_meta {
-        let get = |k: &str| {
-            p.extra.get(k).map_or("–".to_string(), |v| v.to_string().trim_matches('"').to_string())
-        };
-        kv(
-            "peers",
-            format!(
-                "torch {} (CUDA {}), triton {}, cuDNN {}; timed with {}",
-                get("torch"),
-                get("torch_cuda"),
-                get("triton"),
-                get("cudnn"),
-                get("timer")
-            ),
-        );
-    }
-    let c = &d.ceilings;
-    if d.gpu.is_empty() {
-        table(out, &["", ""], &rows);
-        return;
-    }
-    kv(
-        "ceilings",
-        format!(
-            "{:.2} TB/s, {:.0} TFLOP/s ({}{})",
-            c.bandwidth_tbs,
-            c.tflops,
-            c.source,
-            if c.notes.is_empty() { String::new() } else { format!(": {}", c.notes) }
-        ),
-    );
-    table(out, &["", ""], &rows);
-}
-
-const METHOD_TEXT: &str = "\
-## How it was measured
-
-- **Kernel time.** After one warm call and one checked call, one call is timed alone to estimate \
-its length, then warm-up calls run for `--warmup-ms`. Each sample is a pair of CUDA events \
-(`flashattn::GpuTimer`) around one `Device::attention` call, or around a batch of back-to-back calls \
-divided by their number when one call takes under 0.2 ms (the batch size is the row's \
-`calls_per_sample`). Samples run back to back for `--rep-ms` (at least 5; 3 for calls over 50 ms) \
-and are read after one synchronization; the tables give the median, the spread is p10–p90. The time \
-is everything the call enqueues: for `standard`, the allocation of S and P, both cuBLAS GEMMs, the \
-softmax kernel and the frees.
-- **Inputs.** Random normal (never zeros): windows of one pool of standard-normal values, at random \
-offsets per input set. Consecutive calls rotate through several input sets (at least 3, and enough \
-that their Q, K, V exceed twice the L2 cache), so no call finds its inputs in L2. Tensors are \
-`(B, N, H, d)` in memory unless the column says `(B, H, N, d)`.
-- **Peers.** `torch.nn.functional.scaled_dot_product_attention` pinned to one backend with \
-`torch.nn.attention.sdpa_kernel`, inputs `(B, H, N, d)`, random normal, timed with \
-`triton.testing.do_bench` (median; it clears L2 before each call). `naive torch` is \
-`softmax(Q·Kᵀ·scale)·V` with the N×N scores materialized. torch's `is_causal` is top-left aligned, \
-ours bottom-right: causal peers run only where Nq = Nk, where the two agree; varlen shapes have no \
-peer.
-- **Memory.** Extra device memory is what a call allocates beyond Q, K, V, O and the LSE: the plan's \
-number (`Plan.extra_bytes`: S and P for `standard`) and the measured one (free memory before the call \
-minus free memory while it is queued). An out-of-memory call is a result: status `OOM`, with the \
-bytes it needed.
-- **Error.** Max |out − reference| against an f64 oracle (the textbook formula, independent of the \
-library's online softmax) on one or two (sequence, head) slices — whole slices when cheap, evenly \
-spaced query rows otherwise — and, where the oracle only sampled, against a GPU f32 flash run on the \
-f32-upcast inputs over every output element. Equivalence rule (FlashAttention's test rule): flash's \
-error ≤ 2 × the error of standard attention in the same dtype on the same inputs, plus one unit \
-roundoff of the output's size.
-
-## Formulas
-
-- FLOPs = 4·B·H·Nq·Nk·d (two matrix products), halved under the causal mask; for varlen, Σ over the \
-sequences of 4·H·Nq_i·Nk_i·d. TFLOP/s = FLOPs / median time.
-- Modeled HBM bytes (storage type e bytes per element, LSE in f32):
-  - flash: Q read and O written once, LSE written once, K and V read once per query tile: \
-ceil(Nq/block_m) passes (under the causal mask a tile reads keys up to its last row's diagonal, \
-rounded up to block_n). No L2 reuse is assumed: an upper bound; Nsight Compute's measured DRAM bytes \
-show what L2 saves.
-  - standard: Q, K, V read once; S (f32) written and read; P (e) written and read; O and LSE written: \
-(2·Nq + 2·Nk)·d·e + 8·Nq·Nk + 2·e·Nq·Nk + 4·Nq per (sequence, head).
-  - compulsory: Q, K, V, O and LSE once.
-- Achieved bandwidth = modeled bytes / median time; arithmetic intensity = FLOPs / modeled bytes \
-(FLOP/byte). Roofline ceiling = min(peak TFLOP/s, intensity × bandwidth).
-";
 
 /// Writes report.md and the plots into `out`; returns the report's path.
 pub fn write(input: &Path, out: &Path, ceilings: Option<(f64, f64)>) -> Result<PathBuf, String> {
@@ -344,42 +233,50 @@ pub fn write(input: &Path, out: &Path, ceilings: Option<(f64, f64)>) -> Result<P
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let data = Data::new(&loaded, ceilings);
     let plots = plots::write_all(&data, out);
-    let text = render(&data, &plots);
     let path = out.join(REPORT_FILE);
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&path, render(&data, &plots))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
-/// The report's Markdown, given the plots that were written (file name, caption) and any
-/// plotting errors.
+/// The report's Markdown, given the plots that were written.
 pub fn render(d: &Data, plots: &plots::Written) -> String {
     let mut out = String::new();
-    let device = d.meta.as_ref().map_or("unknown device".to_string(), |m| m.device.clone());
-    let _ = writeln!(out, "# flashattn benchmark: {device}\n");
+    let device = d.meta.as_ref().map_or("unknown device", |m| m.device.as_str());
     let _ = writeln!(
         out,
-        "Where the time and the bytes go: {} GPU rows, {} CPU rows, {} peer rows. Generated by \
-         `flashattn-bench report` from the JSON lines in this folder.\n",
+        "# flashattn benchmark: {device}\n\nWhere the time and the bytes go: {} GPU rows, {} CPU rows, {} peer \
+         rows. Generated by `flashattn-bench report` from the JSON lines in this folder.\n",
         d.gpu.len(),
         d.cpu.len(),
         d.peers.len()
     );
-    meta_section(&mut out, d);
-    if !d.gpu.is_empty() {
-        headline_section(&mut out, d, plots);
-        peers_section(&mut out, d);
-        memory_section(&mut out, d, plots);
-        roofline_section(&mut out, d, plots);
-        error_section(&mut out, d, plots);
-        complete_section(&mut out, d);
-        tiles_section(&mut out, d, plots);
-        ncu_section(&mut out, d);
-        all_rows_section(&mut out, d);
-    }
-    if !d.cpu.is_empty() {
-        cpu_section(&mut out, d, plots);
-    }
-    failures_section(&mut out, d);
+    meta_table(&mut out, d);
+    speed_sections(&mut out, d, plots);
+    gpu_sections(&mut out, d, plots);
+    let cpu_text = "No GPU: the library's tiled CPU attention (`cpu-tiled`) against standard attention that \
+         materializes every score (`cpu-standard`: the test kit's baseline), wall clock per call (median). Extra \
+         memory: the model (standard: B·H·Nq·Nk·4 bytes of scores; tiled: one Q, K, V and accumulator tile) and \
+         the measured growth of the peak resident set (Linux; page-granular, and a small buffer may reuse memory \
+         already resident, so small shapes can show 0). Error: the test kit's rule, as in the GPU reports.";
+    let cols = shape_cols([
+        col("status", |r| r.status.clone()),
+        col("median ms", |r| ms(r.median_ms())),
+        col("GFLOP/s", |r| opt(r.tflops, |t| format!("{:.2}", t * 1e3))),
+        col("extra (model)", |r| byte_cell(r.extra_bytes_plan)),
+        col("extra (measured)", |r| byte_cell(r.extra_bytes_measured)),
+        col("oracle err", |r| sci(err(r, |e| e.oracle_max_abs))),
+        col("rule ratio", |r| opt(err(r, |e| e.rule_ratio), |x| format!("{x:.2}"))),
+    ]);
+    section(&mut out, plots, ["CPU", cpu_text, "cpu", ""], &sorted(d.cpu.iter()), &cols);
+    let bad: Vec<&Row> = d.gpu.iter().chain(&d.cpu).chain(&d.peers).filter(|r| !r.ok()).collect();
+    let message = |r: &Row| r.message.clone().unwrap_or_default().chars().take(240).collect::<String>();
+    let cols = shape_cols([
+        col("status", |r| r.status.clone()),
+        col("message", move |r| message(r).replace('|', "\\|")),
+    ]);
+    let head = ["Rows without a measurement", "", "", "Status and message of each"];
+    section(&mut out, plots, head, &bad, &cols);
     if !d.gpu.is_empty() {
         out.push_str(METHOD_TEXT);
     }
@@ -392,654 +289,299 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
     out
 }
 
-fn embed(out: &mut String, plots: &plots::Written, prefix: &str) {
-    for (file, caption) in plots.files.iter().filter(|(f, _)| f.starts_with(prefix)) {
-        let _ = writeln!(out, "![{caption}]({file})\n");
-    }
-}
-
-fn headline_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    let rows: Vec<&Row> = keys(d.gpu.iter().filter(|r| is_headline(r)));
-    if rows.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "## Headline: B·N = {HEADLINE_TOKENS}, H·d = {HEADLINE_HIDDEN}\n");
-    out.push_str(
-        "TFLOP/s (FLOPs = 4·B·H·N²·d, halved for causal). Ratios: our fastest method over each peer.\n\n",
-    );
-    let ours = d.our_methods();
-    let peers = d.peer_methods();
-    let mut header: Vec<String> = ["dtype", "d", "mask", "N", "B", "H"].map(String::from).to_vec();
-    header.extend(ours.iter().cloned());
-    header.extend(peers.iter().map(|p| p.1.to_string()));
-    header.extend(peers.iter().map(|p| format!("ours / {}", p.1)));
-    let mut body = Vec::new();
-    for r in &rows {
-        let mut line = vec![
-            r.dtype.clone(),
-            r.head_dim.to_string(),
-            r.mask.clone(),
-            r.seqlen_k.to_string(),
-            r.batch.to_string(),
-            r.heads.to_string(),
-        ];
-        line.extend(ours.iter().map(|m| tflops_cell(d.ours(&r.key, m))));
-        line.extend(peers.iter().map(|p| tflops_cell(d.peer(&r.key, p.0))));
-        let best = d.best(&r.key);
-        line.extend(peers.iter().map(|p| ratio(best, d.peer(&r.key, p.0))));
-        body.push(line);
-    }
-    let h: Vec<&str> = header.iter().map(String::as_str).collect();
-    table(out, &h, &body);
-    embed(out, plots, "tflops");
-}
-
-fn peers_section(out: &mut String, d: &Data) {
-    let peers = d.peer_methods();
-    if peers.is_empty() {
-        return;
-    }
-    let rows: Vec<&Row> = keys(d.peers.iter().filter(|r| !is_headline(r)));
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str("## Other shapes against the peers\n\nTFLOP/s; ours is our fastest method.\n\n");
-    let mut header = vec!["shape".to_string(), "ours".to_string()];
-    header.extend(peers.iter().map(|p| p.1.to_string()));
-    header.extend(peers.iter().map(|p| format!("ours / {}", p.1)));
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let best = d.best(&r.key);
-            let mut line = vec![
-                format!("`{}`", r.key),
-                best.map_or("–".to_string(), |b| format!("{} ({})", tflops_cell(Some(b)), b.method)),
-            ];
-            line.extend(peers.iter().map(|p| tflops_cell(d.peer(&r.key, p.0))));
-            line.extend(peers.iter().map(|p| ratio(best, d.peer(&r.key, p.0))));
-            line
-        })
-        .collect();
-    let h: Vec<&str> = header.iter().map(String::as_str).collect();
-    table(out, &h, &body);
-}
-
-fn memory_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    out.push_str("## Memory\n\nExtra device memory of one call beyond Q, K, V, O and the LSE. Standard attention stores \
-                   S (f32) and P: B·H·Nq·Nk·(4 + e) bytes, quadratic in N; flash stores nothing of that size.\n\n");
-    embed(out, plots, "memory");
-    let rows = sorted_keys(
-        d.gpu.iter().filter(|r| r.tiles.is_none() && (r.method == "standard" || r.method == "flash")),
-    );
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                format!("`{}`", r.key),
-                r.method.clone(),
-                r.status.clone(),
-                opt(r.extra_bytes_plan, |b| bytes(b as f64)),
-                opt(r.extra_bytes_measured, |b| bytes(b as f64)),
-                opt(r.oom_needed_bytes, |b| bytes(b as f64)),
-                bytes(r.io_bytes as f64),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &["shape", "method", "status", "extra (plan)", "extra (measured)", "needed (OOM)", "Q+K+V+O+LSE"],
-        &body,
-    );
-}
-
-fn roofline_section(out: &mut String, d: &Data, plots: &plots::Written) {
+fn meta_table(out: &mut String, d: &Data) {
+    let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let extra = |m: &Option<Meta>, k: &str| m.as_ref().and_then(|m| m.extra.get(k)).map(text);
+    let size = |k: &str| d.meta.as_ref().and_then(|m| m.extra.get(k)?.as_f64()).map(bytes);
+    let args = d.meta.as_ref().and_then(|m| m.extra.get("args")?.as_array().cloned());
+    let args =
+        args.map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect::<Vec<_>>().join(" "));
+    let peers = d.peers_meta.as_ref().map(|_| {
+        let [torch, cuda, triton, cudnn, timer] = ["torch", "torch_cuda", "triton", "cudnn", "timer"]
+            .map(|k| extra(&d.peers_meta, k).unwrap_or("–".into()));
+        format!("torch {torch} (CUDA {cuda}), triton {triton}, cuDNN {cudnn}; timed with {timer}")
+    });
     let c = &d.ceilings;
-    let _ = writeln!(
-        out,
-        "## Roofline\n\nAchieved TFLOP/s against arithmetic intensity (FLOPs / modeled bytes), under the \
-         ceilings {:.2} TB/s and {:.0} TFLOP/s ({}). The ridge point is at {:.0} FLOP/byte.\n",
-        c.bandwidth_tbs,
-        c.tflops,
-        c.source,
-        c.tflops / c.bandwidth_tbs.max(1e-9)
-    );
-    embed(out, plots, "roofline");
+    let notes = if c.notes.is_empty() { String::new() } else { format!(": {}", c.notes) };
+    let ceilings = format!("{:.2} TB/s, {:.0} TFLOP/s ({}{notes})", c.bandwidth_tbs, c.tflops, c.source);
+    let field = |f: fn(&Meta) -> &String| d.meta.as_ref().map(|m| f(m).clone());
+    let kv = [
+        ("device", field(|m| &m.device)),
+        ("compute capability", extra(&d.meta, "compute_capability")),
+        ("SMs", extra(&d.meta, "sm_count")),
+        ("CUDA driver", extra(&d.meta, "driver_version")),
+        ("PTX target", extra(&d.meta, "ptx_target")),
+        ("L2 cache", size("l2_bytes")),
+        ("device memory", size("total_memory")),
+        ("commit", field(|m| &m.commit)),
+        ("host", field(|m| &m.host)),
+        ("started", field(|m| &m.timestamp)),
+        ("command", args.map(|a| format!("`{a}`"))),
+        ("peers", peers),
+        ("ceilings", (!d.gpu.is_empty()).then_some(ceilings)),
+    ];
+    let kv: Vec<[String; 2]> = kv.into_iter().filter_map(|(k, v)| Some([k.to_string(), v?])).collect();
+    let cols = [0, 1].map(|i| col_of("", move |e: &[String; 2]| e[i].clone()));
+    table(out, &kv.iter().collect::<Vec<_>>(), &cols);
 }
 
-/// The equivalence verdict for a flash-family row: its error within twice standard's (same
-/// shape) plus one unit roundoff of the output's size.
-pub fn equivalent(flash: &Row, standard: Option<&Row>) -> Option<bool> {
-    let e = flash.error.as_ref()?;
-    if e.nonfinite > 0 {
-        return Some(false);
+/// `cols`, then each peer's TFLOP/s, then our fastest method's ratio to each peer.
+fn with_peers<'a>(d: &'a Data, mut cols: Vec<Col<'a>>) -> Vec<Col<'a>> {
+    for (m, name) in d.peer_methods() {
+        cols.push(col(name, move |r| tflops_cell(d.find(true, &r.key, m))));
     }
-    let err = e.oracle_max_abs?;
-    let s = standard.filter(|s| s.ok())?.error.as_ref()?.oracle_max_abs?;
-    let slack = e.unit_roundoff * e.oracle_ref_max_abs.unwrap_or(1.0).max(1.0);
-    Some(err <= 2.0 * s + slack)
+    for (m, name) in d.peer_methods() {
+        cols.push(col(format!("ours / {name}"), move |r| ratio(d.best(&r.key), d.find(true, &r.key, m))));
+    }
+    cols
 }
 
-fn error_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    let with_err: Vec<&Row> = d.gpu.iter().filter(|r| r.ok() && r.error.is_some()).collect();
-    if with_err.is_empty() {
-        return;
-    }
-    out.push_str(
-        "## Error\n\nMax |out − f64 oracle| over the checked rows, and max |out − GPU f32 flash| over every \
-                   element where the oracle sampled rows. u is the dtype's unit roundoff.\n\n",
-    );
-    embed(out, plots, "error");
+/// The headline grid (each of our methods) and the other shapes the peers ran (our fastest), in
+/// TFLOP/s beside each peer's.
+fn speed_sections(out: &mut String, d: &Data, plots: &plots::Written) {
+    let mut cols = vec![
+        col("dtype", |r| r.dtype.clone()),
+        col("d", |r| r.head_dim.to_string()),
+        col("mask", |r| r.mask.clone()),
+        col("N", |r| r.seqlen_k.to_string()),
+        col("B", |r| r.batch.to_string()),
+        col("H", |r| r.heads.to_string()),
+    ];
+    cols.extend(d.our_methods().into_iter().map(|m| col(m, move |r| tflops_cell(d.find(false, &r.key, m)))));
+    let title = format!("Headline: B·N = {HEADLINE_TOKENS}, H·d = {HEADLINE_HIDDEN}");
+    let text = "TFLOP/s (FLOPs = 4·B·H·N²·d, halved for causal). Ratios: our fastest method over each peer.";
+    let headline = shapes(d.gpu.iter().filter(|r| is_headline(r)));
+    section(out, plots, [&title, text, "tflops", ""], &headline, &with_peers(d, cols));
+    let best = |r: &Row| opt(d.best(&r.key), |b| format!("{} ({})", tflops_cell(Some(b)), b.method));
+    let cols = with_peers(d, vec![col("shape", |r| format!("`{}`", r.key)), col("ours", best)]);
+    let others = shapes(d.peers.iter().filter(|r| !is_headline(r) && !d.gpu.is_empty()));
+    let head = ["Other shapes against the peers", "TFLOP/s; ours is our fastest method.", "", ""];
+    section(out, plots, head, &others, &cols);
+}
+
+/// Memory, error, the complete path, Nsight Compute's bytes, and every GPU row.
+fn gpu_sections(out: &mut String, d: &Data, plots: &plots::Written) {
+    let methods: Vec<&str> =
+        d.our_methods().into_iter().filter(|m| *m == "standard" || m.starts_with("flash")).collect();
+    let mut cols =
+        vec![col("shape", |r| format!("`{}`", r.key)), col("Q+K+V+O+LSE", |r| bytes(r.io_bytes as f64))];
+    cols.extend(methods.iter().map(|&m| {
+        col(format!("{m}: extra (plan / measured)"), move |r| match d.find(false, &r.key, m) {
+            Some(r) if r.status == "oom" => format!("OOM, needs {}", byte_cell(r.oom_needed_bytes)),
+            Some(r) if r.ok() => {
+                format!("{} / {}", byte_cell(r.extra_bytes_plan), byte_cell(r.extra_bytes_measured))
+            }
+            r => tflops_cell(r),
+        })
+    }));
+    let text = "Extra device memory of one call beyond Q, K, V, O and the LSE. Standard attention stores S (f32) \
+                and P: B·H·Nq·Nk·(4 + e) bytes, quadratic in N; flash stores nothing of that size.";
+    let rows = shapes(d.gpu.iter().filter(|r| r.tiles.is_none() && methods.contains(&r.method.as_str())));
+    section(out, plots, ["Memory", text, "memory", ""], &rows, &cols);
+
+    // Error, by dtype and method.
     let mut groups: BTreeMap<(String, String), Vec<&Row>> = BTreeMap::new();
-    for r in &with_err {
+    for r in d.gpu.iter().filter(|r| r.ok() && r.error.is_some()) {
         groups.entry((r.dtype.clone(), label(r))).or_default().push(r);
     }
-    let body: Vec<Vec<String>> = groups
-        .iter()
-        .map(|((dtype, m), rs)| {
-            let max = |f: &dyn Fn(&Row) -> Option<f64>| {
-                rs.iter().filter_map(|r| f(r)).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))
-            };
-            let oracle = max(&|r| r.error.as_ref().and_then(|e| e.oracle_max_abs));
-            let rel = max(&|r| {
-                let e = r.error.as_ref()?;
-                Some(e.oracle_max_abs? / e.oracle_ref_max_abs?.max(1e-30))
-            });
-            let f32r = max(&|r| r.error.as_ref().and_then(|e| e.f32_ref_max_abs));
-            let nonfinite: u64 = rs.iter().filter_map(|r| r.error.as_ref()).map(|e| e.nonfinite).sum();
-            let u = rs.first().and_then(|r| r.error.as_ref()).map_or(0.0, |e| e.unit_roundoff);
-            let verdicts: Vec<bool> = if m.starts_with("flash") || m.starts_with("auto") {
-                rs.iter().filter_map(|r| equivalent(r, d.ours(&r.key, "standard"))).collect()
+    type Group<'r> = ((String, String), Vec<&'r Row>);
+    let max =
+        |g: &Group, f: fn(&ErrorStats) -> Option<f64>| g.1.iter().filter_map(|r| err(r, f)).reduce(f64::max);
+    let verdicts = |g: &Group| g.1.iter().filter_map(|r| r.error.as_ref()?.within_rule).collect::<Vec<_>>();
+    let cols: Vec<Col<Group>> = vec![
+        col_of("dtype", |g: &Group| g.0.0.clone()),
+        col_of("method", |g: &Group| g.0.1.clone()),
+        col_of("rows", |g: &Group| g.1.len().to_string()),
+        col_of("max oracle error", move |g: &Group| sci(max(g, |e| e.oracle_max_abs))),
+        col_of("max relative", move |g: &Group| {
+            sci(max(g, |e| Some(e.oracle_max_abs? / e.oracle_ref_max_abs?.max(1e-30))))
+        }),
+        col_of("max baseline error", move |g: &Group| sci(max(g, |e| e.baseline_max_abs))),
+        col_of("max vs f32 flash", move |g: &Group| sci(max(g, |e| e.f32_ref_max_abs))),
+        col_of("non-finite", |g: &Group| {
+            g.1.iter().filter_map(|r| r.error.as_ref()).map(|e| e.nonfinite).sum::<u64>().to_string()
+        }),
+        col_of("max rule ratio", move |g: &Group| opt(max(g, |e| e.rule_ratio), |x| format!("{x:.2}"))),
+        col_of("within rule", move |g: &Group| {
+            let v = verdicts(g);
+            if v.is_empty() {
+                "–".into()
             } else {
-                Vec::new()
-            };
-            let eq = if verdicts.is_empty() {
-                "–".to_string()
-            } else {
-                format!("{}/{}", verdicts.iter().filter(|&&v| v).count(), verdicts.len())
-            };
-            vec![
-                dtype.clone(),
-                m.clone(),
-                rs.len().to_string(),
-                sci(oracle),
-                sci(rel),
-                sci(f32r),
-                nonfinite.to_string(),
-                format!("{u:.1e}"),
-                eq,
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "dtype",
-            "method",
-            "rows",
-            "max oracle error",
-            "max relative",
-            "max vs f32 flash",
-            "non-finite",
-            "u",
-            "≤ 2× standard",
-        ],
-        &body,
-    );
-    let bad: Vec<Vec<String>> = with_err
-        .iter()
-        .filter(|r| r.method != "standard" && equivalent(r, d.ours(&r.key, "standard")) == Some(false))
-        .map(|r| {
-            let s = d.ours(&r.key, "standard").and_then(|s| s.error.as_ref()).and_then(|e| e.oracle_max_abs);
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                sci(r.error.as_ref().and_then(|e| e.oracle_max_abs)),
-                sci(s),
-            ]
-        })
-        .collect();
-    if !bad.is_empty() {
-        out.push_str("Rows outside the equivalence rule:\n\n");
-        table(out, &["shape", "method", "error", "standard's error"], &bad);
-    }
-}
+                format!("{}/{}", v.iter().filter(|&&x| x).count(), v.len())
+            }
+        }),
+    ];
+    let text = "The test kit's tolerance rule (`tests/src/tolerance.rs`, FlashAttention's): on the checked rows, \
+                max |out − f64 oracle| may be at most 2 × the error of standard attention in the same dtype (the \
+                baseline) + atol, the output dtype's rounding; f32 outputs are held to an absolute bound instead. \
+                \"vs f32 flash\": max |out − GPU f32 flash| over every element where the oracle sampled rows. Runs \
+                recorded before the rule was shared have no baseline column.";
+    let groups: Vec<Group> = groups.into_iter().collect();
+    section(out, plots, ["Error", text, "", ""], &groups.iter().collect::<Vec<_>>(), &cols);
+    let bad: Vec<&Row> =
+        d.gpu.iter().filter(|r| r.error.as_ref().and_then(|e| e.within_rule) == Some(false)).collect();
+    let cols = shape_cols([
+        col("error", |r| sci(err(r, |e| e.oracle_max_abs))),
+        col("baseline error", |r| sci(err(r, |e| e.baseline_max_abs))),
+        col("why", |r| r.error.as_ref().and_then(|e| e.note.clone()).unwrap_or_default()),
+    ]);
+    section(out, plots, ["Rows outside the rule", "", "", ""], &bad, &cols);
 
-fn complete_section(out: &mut String, d: &Data) {
-    let rows = sorted_keys(d.gpu.iter().filter(|r| r.complete.is_some() && r.ok()));
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str(
-        "## The complete path\n\nOne call as an application sees it. Upload: Q, K, V host→device from a plain `Vec` \
-         (pageable) and from page-locked (pinned) memory, wall clock, median of 3. Layout: the same call on `(B, H, N, d)` \
-         tensors (PyTorch's order, no copy needed). Launch: host time per `Device::attention` call enqueued back to back, \
-         and GPU time per call back to back on the stream vs the same calls replayed from a CUDA graph. Download: O \
-         device→host. Total = pageable upload + kernel + pageable download.\n\n",
-    );
-    let gbs = |b: u64, ms: Option<f64>| ms.filter(|&m| m > 0.0).map(|m| b as f64 / (m * 1e-3) / 1e9);
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let c = r.complete.as_ref().cloned().unwrap_or_default();
-            let kernel = r.median_ms();
-            let total = match (c.upload_ms, kernel, c.download_ms) {
-                (Some(u), Some(k), Some(dl)) => Some(u + k + dl),
-                _ => None,
-            };
-            let kernel_share = match (kernel, total) {
-                (Some(k), Some(t)) if t > 0.0 => format!("{:.0}%", 100.0 * k / t),
-                _ => "–".to_string(),
-            };
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                ms(kernel),
-                ms(c.bhsd_median_ms),
-                opt(c.enqueue_us, |v| format!("{v:.1}")),
-                ms(c.stream_ms_per_call),
-                ms(c.graph_ms_per_call),
-                format!(
-                    "{} ({})",
-                    ms(c.upload_ms),
-                    opt(gbs(c.upload_bytes, c.upload_ms), |v| format!("{v:.1} GB/s"))
-                ),
-                format!(
-                    "{} ({})",
-                    ms(c.upload_pinned_ms),
-                    opt(gbs(c.upload_bytes, c.upload_pinned_ms), |v| format!("{v:.1} GB/s"))
-                ),
-                format!(
-                    "{} ({})",
-                    ms(c.download_ms),
-                    opt(gbs(c.download_bytes, c.download_ms), |v| format!("{v:.1} GB/s"))
-                ),
-                ms(c.download_pinned_ms),
-                format!("{} ({kernel_share} kernel)", ms(total)),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "shape",
-            "method",
-            "kernel ms (B,N,H,d)",
-            "kernel ms (B,H,N,d)",
-            "enqueue µs/call",
-            "stream ms/call",
-            "graph ms/call",
-            "upload ms",
-            "pinned upload ms",
-            "download ms",
-            "pinned download ms",
-            "total ms",
-        ],
-        &body,
-    );
-    let notes: Vec<String> = rows
-        .iter()
-        .flat_map(|r| {
-            r.complete.iter().flat_map(|c| c.notes.iter()).map(|n| format!("{} {}: {n}", r.key, r.method))
-        })
-        .collect();
-    if !notes.is_empty() {
-        out.push_str("<details><summary>Complete-path notes</summary>\n\n");
-        for n in notes {
-            let _ = writeln!(out, "- {n}");
+    // The complete path.
+    let cp = |r: &Row| r.complete.clone().unwrap_or_default();
+    let pair = |a: Option<f64>, b: Option<f64>| format!("{} / {}", ms(a), ms(b));
+    // Pageable and pinned milliseconds, and the pageable copy's GB/s.
+    let copy = |f: fn(&CompletePath) -> [Option<f64>; 3]| {
+        move |r: &Row| {
+            let [plain, pinned, bytes] = f(&cp(r));
+            let rate = plain.zip(bytes).filter(|p| p.0 > 0.0).map(|(m, b)| b / (m * 1e-3) / 1e9);
+            format!("{} ({})", pair(plain, pinned), opt(rate, |v| format!("{v:.1} GB/s")))
         }
-        out.push_str("\n</details>\n\n");
-    }
-}
+    };
+    let total = move |r: &Row| {
+        let c = cp(r);
+        let total = c.upload_ms.zip(r.median_ms()).zip(c.download_ms).map(|((u, k), dl)| (u + k + dl, k));
+        opt(total, |(t, k)| format!("{} ({:.0}% kernel)", ms(Some(t)), 100.0 * k / t))
+    };
+    let cols = shape_cols([
+        col("kernel ms: (B,N,H,d) / (B,H,N,d)", move |r| pair(r.median_ms(), cp(r).bhsd_median_ms)),
+        col("enqueue µs/call", move |r| opt(cp(r).enqueue_us, |v| format!("{v:.1}"))),
+        col("ms/call: stream / graph", move |r| pair(cp(r).stream_ms_per_call, cp(r).graph_ms_per_call)),
+        col(
+            "upload ms: pageable / pinned",
+            copy(|c| [c.upload_ms, c.upload_pinned_ms, Some(c.upload_bytes as f64)]),
+        ),
+        col(
+            "download ms: pageable / pinned",
+            copy(|c| [c.download_ms, c.download_pinned_ms, Some(c.download_bytes as f64)]),
+        ),
+        col("total ms", total),
+        col("notes", move |r| cp(r).notes.join("; ")),
+    ]);
+    let text = "One call as an application sees it. Upload: Q, K, V host→device from a plain `Vec` (pageable) and \
+                from page-locked (pinned) memory, wall clock, median of 3. Layout: the same call on `(B, H, N, d)` \
+                tensors (PyTorch's order, no copy needed). Launch: host time per `Device::attention` call enqueued \
+                back to back, and GPU time per call back to back on the stream vs the same calls replayed from a \
+                CUDA graph. Download: O device→host. Total = pageable upload + kernel + pageable download.";
+    let rows = sorted(d.gpu.iter().filter(|r| r.complete.is_some() && r.ok()));
+    section(out, plots, ["The complete path", text, "", ""], &rows, &cols);
 
-fn tiles_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    let tiled_keys: Vec<String> =
-        keys(d.gpu.iter().filter(|r| r.tiles.is_some())).iter().map(|r| r.key.clone()).collect();
-    if tiled_keys.is_empty() {
-        return;
-    }
-    out.push_str("## Tile sizes\n\nThe flash kernel with each tile override (block_m query rows × block_n keys); \
-                   `default` is the library's choice. Modeled bytes grow as block_m shrinks (K and V are read once per query tile).\n\n");
-    embed(out, plots, "tiles");
-    let mut body = Vec::new();
-    for key in &tiled_keys {
-        for r in d.gpu.iter().filter(|r| &r.key == key && r.method != "standard") {
-            body.push(vec![
-                format!("`{}`", r.key),
-                r.method.clone(),
-                r.tiles.clone().unwrap_or_else(|| "default".into()),
-                match (r.block_m, r.block_n) {
-                    (Some(m), Some(n)) => format!("{m}×{n}"),
-                    _ => "–".into(),
-                },
-                r.status.clone(),
-                ms(r.median_ms()),
-                tflops_cell(Some(r)),
-                opt(r.bytes_model, |b| format!("{:.2}", b / 1e9)),
-                opt(r.ncu.as_ref().and_then(|n| Some(n.dram_read? + n.dram_write?)), |b| {
-                    format!("{:.2}", b / 1e9)
-                }),
-            ]);
-        }
-    }
-    table(
-        out,
-        &[
-            "shape",
-            "method",
-            "tiles asked",
-            "tiles run",
-            "status",
-            "median ms",
-            "TFLOP/s",
-            "model GB",
-            "ncu GB",
-        ],
-        &body,
-    );
-}
-
-fn ncu_section(out: &mut String, d: &Data) {
+    // Nsight Compute.
+    let ncu = |r: &Row| r.ncu.clone().unwrap_or_default();
+    let measured = move |r: &Row| ncu(r).dram_read.zip(ncu(r).dram_write).map(|(a, b)| a + b);
+    let per = move |of: fn(&Row) -> Option<f64>| {
+        move |r: &Row| opt(measured(r).zip(of(r).filter(|&m| m > 0.0)), |(t, m)| format!("{:.2}", t / m))
+    };
+    let cols = shape_cols([
+        col("model GB", |r| gb(r.bytes_model)),
+        col("compulsory GB", |r| gb(r.bytes_compulsory)),
+        col("read + write GB", move |r| format!("{} + {}", gb(ncu(r).dram_read), gb(ncu(r).dram_write))),
+        col("measured / model", per(|r| r.bytes_model)),
+        col("measured / compulsory", per(|r| r.bytes_compulsory)),
+        col("kernels", move |r| ncu(r).kernels.to_string()),
+        col("error", move |r| ncu(r).error.unwrap_or_default().chars().take(160).collect()),
+    ]);
+    let text = "`dram__bytes_read.sum` + `dram__bytes_write.sum` over every kernel of one call (cold caches, \
+                `--clock-control none`), next to the models.";
     let rows: Vec<&Row> = d.gpu.iter().filter(|r| r.ncu.is_some()).collect();
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str("## Measured DRAM traffic (Nsight Compute)\n\n`dram__bytes_read.sum` + `dram__bytes_write.sum` over every kernel \
-                   of one call (cold caches, `--clock-control none`), next to the models.\n\n");
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let n = r.ncu.clone().unwrap_or_default();
-            let total = n.dram_read.zip(n.dram_write).map(|(a, b)| a + b);
-            let gb = |x: Option<f64>| opt(x, |v| format!("{:.3}", v / 1e9));
-            let vs_model = match (total, r.bytes_model) {
-                (Some(t), Some(m)) if m > 0.0 => format!("{:.2}", t / m),
-                _ => "–".into(),
-            };
-            let vs_comp = match (total, r.bytes_compulsory) {
-                (Some(t), Some(m)) if m > 0.0 => format!("{:.2}", t / m),
-                _ => "–".into(),
-            };
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                gb(r.bytes_model),
-                gb(r.bytes_compulsory),
-                gb(n.dram_read),
-                gb(n.dram_write),
-                vs_model,
-                vs_comp,
-                n.kernels.to_string(),
-                n.error.unwrap_or_default().chars().take(160).collect(),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "shape",
-            "method",
-            "model GB",
-            "compulsory GB",
-            "read GB",
-            "write GB",
-            "measured / model",
-            "measured / compulsory",
-            "kernels",
-            "error",
-        ],
-        &body,
-    );
-}
+    section(out, plots, ["Measured DRAM traffic (Nsight Compute)", text, "", ""], &rows, &cols);
 
-fn all_rows_section(out: &mut String, d: &Data) {
-    out.push_str("## All rows\n\n<details><summary>Every GPU row</summary>\n\n");
-    let body: Vec<Vec<String>> = sorted_keys(d.gpu.iter())
-        .iter()
-        .map(|r| {
-            let t = r.timing.clone().unwrap_or_default();
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                r.status.clone(),
-                ms(r.median_ms()),
-                if r.timing.is_some() {
-                    format!("{}–{}", ms(Some(t.p10_ms)), ms(Some(t.p90_ms)))
-                } else {
-                    "–".into()
-                },
-                ms(r.timing.as_ref().map(|t| t.min_ms)),
-                if r.timing.is_some() {
-                    format!("{}×{}", t.samples, t.calls_per_sample)
-                } else {
-                    "–".into()
-                },
-                tflops_cell(Some(r)),
-                opt(r.bytes_model, |b| format!("{:.3}", b / 1e9)),
-                opt(r.bandwidth_gbs, |b| format!("{b:.0}")),
-                opt(r.intensity, |x| format!("{x:.0}")),
-                opt(r.extra_bytes_plan, |b| bytes(b as f64)),
-                opt(r.extra_bytes_measured, |b| bytes(b as f64)),
-                sci(r.error.as_ref().and_then(|e| e.oracle_max_abs)),
-                sci(r.error.as_ref().and_then(|e| e.f32_ref_max_abs)),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "shape",
-            "method",
-            "status",
-            "median ms",
-            "p10–p90 ms",
-            "min ms",
-            "samples×calls",
-            "TFLOP/s",
-            "model GB",
-            "GB/s",
-            "FLOP/B",
-            "extra (plan)",
-            "extra (measured)",
-            "oracle err",
-            "f32 err",
-        ],
-        &body,
-    );
-    out.push_str("</details>\n\n");
-}
-
-fn cpu_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    out.push_str("## CPU\n\nNo GPU: the library's tiled CPU attention (`cpu-tiled`) against standard attention that \
-                   materializes every score (`cpu-standard`), wall clock per call (median). Extra memory: the model \
-                   (standard: B·H·Nq·Nk·4 bytes of scores; tiled: one Q, K, V and accumulator tile) and the measured \
-                   growth of the peak resident set (Linux; page-granular, and a small \
-                   buffer may reuse memory already resident, so small shapes can show 0).\n\n");
-    embed(out, plots, "cpu");
-    let body: Vec<Vec<String>> = sorted_keys(d.cpu.iter())
-        .iter()
-        .map(|r| {
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                r.status.clone(),
-                ms(r.median_ms()),
-                opt(r.tflops, |t| format!("{:.2}", t * 1e3)),
-                opt(r.extra_bytes_plan, |b| bytes(b as f64)),
-                opt(r.extra_bytes_measured, |b| bytes(b as f64)),
-                sci(r.error.as_ref().and_then(|e| e.oracle_max_abs)),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "shape",
-            "method",
-            "status",
-            "median ms",
-            "GFLOP/s",
-            "extra (model)",
-            "extra (measured)",
-            "oracle err",
-        ],
-        &body,
-    );
-}
-
-fn failures_section(out: &mut String, d: &Data) {
-    let bad: Vec<&Row> = d.gpu.iter().chain(&d.cpu).chain(&d.peers).filter(|r| !r.ok()).collect();
-    if bad.is_empty() {
-        return;
-    }
-    out.push_str(
-        "## Rows without a measurement\n\n<details><summary>Status and message of each</summary>\n\n",
-    );
-    let body: Vec<Vec<String>> = bad
-        .iter()
-        .map(|r| {
-            vec![
-                format!("`{}`", r.key),
-                label(r),
-                r.status.clone(),
-                r.message
-                    .clone()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(240)
-                    .collect::<String>()
-                    .replace('|', "\\|"),
-            ]
-        })
-        .collect();
-    table(out, &["shape", "method", "status", "message"], &body);
-    out.push_str("</details>\n\n");
+    // Every row.
+    let timing = |r: &Row, f: fn(&Timing) -> String| r.timing.as_ref().map_or("–".into(), f);
+    let cols = shape_cols([
+        col("tiles run", |r| opt(r.block_m.zip(r.block_n), |(m, n)| format!("{m}×{n}"))),
+        col("status", |r| r.status.clone()),
+        col("median ms", |r| ms(r.median_ms())),
+        col("p10–p90 ms", move |r| timing(r, |t| format!("{}–{}", ms(Some(t.p10_ms)), ms(Some(t.p90_ms))))),
+        col("samples×calls", move |r| timing(r, |t| format!("{}×{}", t.samples, t.calls_per_sample))),
+        col("TFLOP/s", |r| tflops_cell(Some(r))),
+        col("model GB", |r| gb(r.bytes_model)),
+        col("GB/s", |r| opt(r.bandwidth_gbs, |b| format!("{b:.0}"))),
+        col("FLOP/B", |r| opt(r.intensity, |x| format!("{x:.0}"))),
+        col("extra (plan)", |r| byte_cell(r.extra_bytes_plan)),
+        col("extra (measured)", |r| byte_cell(r.extra_bytes_measured)),
+        col("oracle err", |r| sci(err(r, |e| e.oracle_max_abs))),
+        col("f32 err", |r| sci(err(r, |e| e.f32_ref_max_abs))),
+    ]);
+    let head = ["All rows", "", "", "Every GPU row (tile overrides included)"];
+    section(out, plots, head, &sorted(d.gpu.iter()), &cols);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A small results folder: two headline shapes with flash, standard, an OOM row, peers, a
-    /// tile override, errors, a complete path and ncu bytes.
-    pub(crate) fn fixture(dir: &Path) {
-        let mut lines = vec![
-            r#"{"kind":"meta","source":"flashattn-bench","run_id":"r","timestamp":"2026-11-29T10:00:00Z","host":"h","commit":"abc","device":"NVIDIA H200","ptx_target":"sm_90a","total_memory":150000000000,"args":["flashattn-bench","run"]}"#.to_string(),
-            r#"{"kind":"ceilings","run_id":"r","device":"NVIDIA H200","bandwidth_tbs":4.1,"tflops":700.0,"source":"measured","notes":"copy; gemm"}"#.to_string(),
-        ];
-        let row = |key: &str,
-                   n: usize,
-                   mask: &str,
-                   method: &str,
-                   tiles: Option<&str>,
-                   ms: f64,
-                   extra: u64,
-                   err: f64| {
-            let (b, h, d) = (16384 / n, 16, 128);
-            let flops = 4.0 * (b * h * n * n * d) as f64 / if mask == "causal" { 2.0 } else { 1.0 };
-            let tiles = tiles.map_or("null".to_string(), |t| format!("\"{t}\""));
+    /// Renders a committed results folder into a temporary one.
+    fn render_committed(run: &str) -> (tempfile::TempDir, String) {
+        let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/2026-11-29-nvidia-h200").join(run);
+        let dir = tempfile::tempdir().unwrap();
+        let md = std::fs::read_to_string(write(&input, dir.path(), None).unwrap()).unwrap();
+        (dir, md)
+    }
+
+    #[test]
+    fn committed_runs_re_render() {
+        let (dir, md) = render_committed("headline");
+        for want in [
+            "| device | NVIDIA H200 |",
+            "torch 2.11.0+cu130 (CUDA 13.0)",
+            "## Headline: B·N = 16384, H·d = 2048",
+            "| dtype | d | mask | N | B | H | flash-tc | standard | torch FA2 | torch cuDNN |",
+            "| bf16 | 64 | none | 1024 | 16 | 32 | 292.6 | 41.4 | 288.1 | 426.9 |",
+            "| 1.02× | 0.69× |",
+            "![TFLOP/s against N, bf16, B·N = 16384, H·d = 2048](tflops-bf16.svg)",
+            "](memory.svg)",
+            "| `bf16/B1/H16/N16384x16384/d128/none` | 257.0 MiB | 0 B / 0 B | 24.0 GiB / 24.0 GiB |",
+            "| bf16 | flash-tc | 20 | 7.4e-3 |",
+            "## The complete path",
+            "| 0.22 | 0.97 | 1 |",
+            "<summary>Every GPU row",
+            "FLOPs = 4·B·H·Nq·Nk·d",
+        ] {
+            assert!(md.contains(want), "the headline report lacks `{want}`:\n{md}");
+        }
+        for svg in ["tflops-bf16.svg", "tflops-f16.svg", "memory.svg"] {
+            let text = std::fs::read_to_string(dir.path().join(svg)).unwrap();
+            assert!(
+                text.starts_with("<svg") && text.contains("torch FA2") == svg.starts_with("tflops"),
+                "{svg}"
+            );
+        }
+        let (dir, md) = render_committed("memory-wall");
+        assert!(md.contains(
+            "| `bf16/B1/H16/N65536x65536/d128/none` | 1.0 GiB | 0 B / 0 B | OOM, needs 384.0 GiB |"
+        ));
+        let svg = std::fs::read_to_string(dir.path().join("memory.svg")).unwrap();
+        assert!(
+            svg.contains("Memory of one call: bf16 d = 128, B = 1, H = 16") && svg.contains("out of memory")
+        );
+    }
+
+    #[test]
+    fn the_rule_and_the_cpu_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |backend: &str, n: usize, method: &str, ratio: f64| {
             format!(
-                r#"{{"kind":"row","backend":"gpu","key":"{key}","group":"headline","dtype":"bf16","batch":{b},"heads":{h},"seqlen_q":{n},"seqlen_k":{n},"head_dim":{d},"mask":"{mask}","method":"{method}","tiles":{tiles},"block_m":32,"block_n":64,"status":"ok","flops":{flops},"timing":{{"median_ms":{ms},"p10_ms":{ms},"p90_ms":{ms},"min_ms":{ms},"max_ms":{ms},"samples":5,"calls_per_sample":1,"timer":"cuda-events"}},"tflops":{},"bytes_model":1e9,"bytes_compulsory":5e8,"intensity":{},"io_bytes":268435456,"extra_bytes_plan":{extra},"extra_bytes_measured":{extra},"error":{{"oracle_max_abs":{err},"oracle_ref_max_abs":0.5,"oracle_rows":64,"unit_roundoff":0.00390625,"f32_ref_max_abs":{err}}},"complete":{{"upload_ms":10.0,"upload_pinned_ms":5.0,"download_ms":4.0,"download_pinned_ms":2.0,"upload_bytes":201326592,"download_bytes":67108864,"bhsd_median_ms":{ms},"enqueue_us":3.5,"stream_ms_per_call":{ms},"graph_ms_per_call":{ms},"calls":3}},"ncu":{{"dram_read":6e8,"dram_write":1e8,"kernels":1}}}}"#,
-                flops / (ms * 1e-3) / 1e12,
-                flops / 1e9
+                r#"{{"kind":"row","backend":"{backend}","key":"f32/B1/H2/N{n}x{n}/d64/none","dtype":"f32","batch":1,"heads":2,"seqlen_q":{n},"seqlen_k":{n},"head_dim":64,"mask":"none","method":"{method}","status":"ok","flops":1e9,"timing":{{"median_ms":2.0}},"tflops":0.0005,"io_bytes":4096,"extra_bytes_plan":{},"error":{{"oracle_max_abs":1e-6,"baseline_max_abs":2e-6,"rule_ratio":{ratio},"within_rule":{},"note":"why not"}}}}"#,
+                n * 64,
+                ratio <= 1.0
             )
         };
-        lines.push(row("bf16/B16/H16/N1024x1024/d128/none", 1024, "none", "flash", None, 2.0, 0, 1e-3));
-        lines.push(row(
-            "bf16/B16/H16/N1024x1024/d128/none",
-            1024,
-            "none",
-            "standard",
-            None,
-            4.0,
-            1 << 30,
-            2e-3,
-        ));
-        lines.push(row(
-            "bf16/B16/H16/N1024x1024/d128/none",
-            1024,
-            "none",
-            "flash",
-            Some("64x64"),
-            1.5,
-            0,
-            1e-3,
-        ));
-        lines.push(row("bf16/B4/H16/N4096x4096/d128/causal", 4096, "causal", "flash", None, 5.0, 0, 9e-3));
-        lines.push(row(
-            "bf16/B4/H16/N4096x4096/d128/causal",
-            4096,
-            "causal",
-            "standard",
-            None,
-            9.0,
-            4 << 30,
-            2e-3,
-        ));
-        lines.push(r#"{"kind":"row","backend":"gpu","key":"bf16/B1/H16/N65536x65536/d128/none","group":"wall","dtype":"bf16","batch":1,"heads":16,"seqlen_q":65536,"seqlen_k":65536,"head_dim":128,"mask":"none","method":"standard","status":"oom","message":"out of device memory: … needs 412316860416 bytes","flops":3.5e13,"extra_bytes_plan":412316860416,"oom_needed_bytes":412316860416,"io_bytes":1}"#.to_string());
-        lines.push(r#"{"kind":"row","backend":"gpu","key":"bf16/B16/H16/N1024x1024/d128/none","group":"headline","dtype":"bf16","batch":16,"heads":16,"seqlen_q":1024,"seqlen_k":1024,"head_dim":128,"mask":"none","method":"flash-tc","status":"unsupported","message":"method flash-tc does not support any problem yet","flops":1}"#.to_string());
-        std::fs::write(dir.join("bench.jsonl"), lines.join("\n") + "\n").unwrap();
-        let peers = [
-            r#"{"kind":"meta","source":"peers.py","torch":"2.11.0","triton":"3.6.0","cudnn":91900,"timer":"triton.do_bench","device":"NVIDIA H200"}"#,
-            r#"{"kind":"row","backend":"peer","key":"bf16/B16/H16/N1024x1024/d128/none","dtype":"bf16","batch":16,"heads":16,"seqlen_q":1024,"seqlen_k":1024,"head_dim":128,"mask":"none","method":"torch-flash","status":"ok","flops":1.0e12,"timing":{"median_ms":3.0},"tflops":328.3}"#,
-            r#"{"kind":"row","backend":"peer","key":"bf16/B16/H16/N1024x1024/d128/none","dtype":"bf16","batch":16,"heads":16,"seqlen_q":1024,"seqlen_k":1024,"head_dim":128,"mask":"none","method":"torch-cudnn","status":"ok","flops":1.0e12,"timing":{"median_ms":1.7},"tflops":571.6}"#,
-            r#"{"kind":"row","backend":"peer","key":"bf16/B4/H16/N4096x4096/d128/causal","dtype":"bf16","batch":4,"heads":16,"seqlen_q":4096,"seqlen_k":4096,"head_dim":128,"mask":"causal","method":"torch-naive","status":"oom","message":"CUDA out of memory","flops":1.0e12}"#,
-            r#"{"kind":"row","backend":"peer","key":"bf16/B16/H1/N1x4096/d128/none","dtype":"bf16","batch":16,"heads":1,"seqlen_q":1,"seqlen_k":4096,"head_dim":128,"mask":"none","method":"torch-flash","status":"ok","flops":1e9,"timing":{"median_ms":0.01},"tflops":0.1}"#,
-        ];
-        std::fs::write(dir.join("peers.jsonl"), peers.join("\n") + "\n").unwrap();
-    }
-
-    #[test]
-    fn report_from_a_fixture() {
-        let dir = tempfile::tempdir().unwrap();
-        fixture(dir.path());
-        let path = write(dir.path(), dir.path(), None).unwrap();
-        let md = std::fs::read_to_string(&path).unwrap();
+        let lines =
+            [row("gpu", 64, "flash", 1.5), row("gpu", 128, "flash", 0.4), row("cpu", 64, "cpu-tiled", 0.3)];
+        std::fs::write(dir.path().join("bench.jsonl"), lines.join("\n")).unwrap();
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), Some((4.0, 800.0))).unwrap()).unwrap();
         for want in [
-            "# flashattn benchmark: NVIDIA H200",
-            "## Headline: B·N = 16384, H·d = 2048",
-            "| bf16 | 128 | none | 1024 | 16 | 16 |",
-            "torch FA2",
-            "torch cuDNN",
-            "OOM",
-            "n/a",
-            "## Memory",
-            "## Roofline",
-            "4.10 TB/s, 700 TFLOP/s (measured",
-            "## Error",
-            "## The complete path",
-            "## Tile sizes",
-            "64x64",
-            "## Measured DRAM traffic (Nsight Compute)",
-            "FLOPs = 4·B·H·Nq·Nk·d",
-            "torch 2.11.0",
-            "![",
-            "## Other shapes against the peers",
+            "| f32 | flash | 2 | 1.0e-6 | – | 2.0e-6 | – | 0 | 1.50 | 1/2 |",
+            "## Rows outside the rule",
+            "| `f32/B1/H2/N64x64/d64/none` | flash | 1.0e-6 | 2.0e-6 | why not |",
+            "4.00 TB/s, 800 TFLOP/s (--ceilings)",
+            "## CPU",
+            "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | ok | 2.000 | 0.50 | 4.0 KiB | – | 1.0e-6 | 0.30 |",
+            "](cpu-memory.svg)",
         ] {
-            assert!(md.contains(want), "report lacks `{want}`:\n{md}");
+            assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
         }
-        // flash 2.0 ms at 1.07e12·… over torch FA2's 328.3: the ratio column is there.
-        assert!(md.contains('×'));
-        for svg in ["tflops-bf16.svg", "memory.svg", "roofline.svg", "error.svg", "tiles.svg"] {
-            let p = dir.path().join(svg);
-            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{svg}: {e}\n{md}"));
-            assert!(text.starts_with("<svg") && text.len() > 500, "{svg}");
-            assert!(md.contains(&format!("]({svg})")), "{svg} not linked");
-        }
-        // Equivalence: flash's 9e-3 against standard's 2e-3 at N=4096 causal breaks the rule.
-        assert!(md.contains("Rows outside the equivalence rule"));
-        assert!(md.contains("1/2"));
-    }
-
-    #[test]
-    fn formatting_helpers() {
-        assert_eq!(bytes(512.0), "512 B");
-        assert_eq!(bytes(1536.0), "1.5 KiB");
-        assert_eq!(bytes(412316860416.0), "384.0 GiB");
-        let mut r = Row { status: "oom".into(), ..Default::default() };
-        assert_eq!(tflops_cell(Some(&r)), "OOM");
-        r.status = "ok".into();
-        r.tflops = Some(123.456);
-        assert_eq!(tflops_cell(Some(&r)), "123.5");
-        assert_eq!(tflops_cell(None), "–");
+        assert_eq!((bytes(512.0), bytes(1536.0)), ("512 B".to_string(), "1.5 KiB".to_string()));
     }
 }

@@ -33,12 +33,18 @@
 //!
 //! **Log-sum-exp.** Rows whose reference is `-inf` (no visible key) must be `-inf`; the others
 //! must be within [`lse_bound`] of the reference.
+//!
+//! **Sampled rows.** For problems too large to check whole (the benchmark's),
+//! [`output_errors_rows`] takes the same measurements on the rows of an
+//! [`crate::oracle::RowsReference`], and [`OutputErrors::failure`] applies the output rules above
+//! to them.
 
 use std::fmt;
 
-use flashattn::{DType, Element};
+use flashattn::{DType, Element, Problem};
 
 use crate::case::{Case, Coord, for_each_output, for_each_row};
+use crate::oracle::RowsReference;
 
 /// f32 unit roundoff, 2⁻²⁴.
 const U32: f64 = 1.0 / 16_777_216.0;
@@ -170,6 +176,103 @@ impl OutputErrors {
     pub fn allowed(&self) -> f64 {
         2.0 * self.err_baseline + self.atol
     }
+
+    /// `err / allowed()` (the [`Report::rule_ratio`]): at most 1 within the 2× rule.
+    pub fn rule_ratio(&self) -> f64 {
+        let (err, allowed) = (self.err, self.allowed());
+        if allowed > 0.0 {
+            err / allowed
+        } else if err > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
+
+    /// The first rule of this module the output breaks for element type `dtype` (the 2× rule is
+    /// enforced for f16 and bf16, the f32 bound for f32), with where and why; `None` when it
+    /// passes.
+    pub fn failure(&self, dtype: DType) -> Option<(OutputElement, String)> {
+        if let Some(w) = self.non_finite {
+            return Some((w, "output is not finite (NaN or infinite: unwritten, or overflowed)".into()));
+        }
+        if let Some(w) = self.masked_nonzero {
+            return Some((w, "output of a row that sees no key is not 0".into()));
+        }
+        let (w, err, allowed) = (self.worst?, self.err, self.allowed());
+        if dtype != DType::F32 && err > allowed {
+            let why = format!(
+                "output error {err:.3e} exceeds 2·baseline error {:.3e} + atol {:.3e} = {allowed:.3e}",
+                self.err_baseline, self.atol
+            );
+            return Some((w, why));
+        }
+        let b = self.f32_bound.filter(|&b| err > b)?;
+        Some((w, format!("f32 output error {err:.3e} exceeds the f32 bound {b:.3e}")))
+    }
+}
+
+/// Accumulates the measurements of [`OutputErrors`] element by element.
+struct Accumulator {
+    e: OutputErrors,
+    atol_half: f64,
+}
+
+impl Accumulator {
+    fn new() -> Accumulator {
+        let e = OutputErrors {
+            err: 0.0,
+            err_baseline: 0.0,
+            atol: 0.0,
+            f32_bound: None,
+            elements: 0,
+            worst: None,
+            non_finite: None,
+            masked_nonzero: None,
+        };
+        Accumulator { e, atol_half: 0.0 }
+    }
+
+    /// One output element: its position, value, reference, baseline value, and how many keys
+    /// its row sees.
+    fn add<T: Element>(&mut self, at: OutputElement, value: T, reference: f64, baseline: T, row_keys: usize) {
+        let e = &mut self.e;
+        e.elements += 1;
+        let value = f64::from(value.to_f32());
+        let err = (value - reference).abs();
+        if !value.is_finite() {
+            e.non_finite.get_or_insert(at);
+        } else if e.worst.is_none() || err > e.err {
+            e.err = err;
+            e.worst = Some(at);
+        }
+        if value != 0.0 && row_keys == 0 {
+            e.masked_nonzero.get_or_insert(at);
+        }
+        e.err_baseline = e.err_baseline.max((f64::from(baseline.to_f32()) - reference).abs());
+        let shifted = reference + 0.3;
+        self.atol_half = self.atol_half.max((f64::from(T::from_f64(shifted).to_f32()) - shifted).abs());
+    }
+
+    /// The measurements; for f32, the bound from the largest `|v|` and the rows' magnitudes and
+    /// key counts.
+    fn finish<T: Element>(
+        mut self,
+        v: &[T],
+        magnitudes: &[f64],
+        keys: &[usize],
+        head_dim: usize,
+    ) -> OutputErrors {
+        self.e.atol = 2.0 * self.atol_half;
+        if T::DTYPE == DType::F32 {
+            let v_max =
+                v.iter().map(|x| f64::from(x.to_f32()).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max);
+            let magnitude = magnitudes.iter().copied().fold(0.0, f64::max);
+            let keys = keys.iter().copied().max().unwrap_or(0);
+            self.e.f32_bound = Some(f32_bound(v_max, magnitude, keys, head_dim));
+        }
+        self.e
+    }
 }
 
 /// Measures an output (laid out as `case.problem.o`, at least `case.out_len()` long) against
@@ -177,44 +280,34 @@ impl OutputErrors {
 pub fn output_errors<T: Element>(case: &Case<T>, out: &[T]) -> OutputErrors {
     let r = &case.reference;
     let p = &case.problem;
-    let mut e = OutputErrors {
-        err: 0.0,
-        err_baseline: 0.0,
-        atol: 0.0,
-        f32_bound: None,
-        elements: 0,
-        worst: None,
-        non_finite: None,
-        masked_nonzero: None,
-    };
-    let mut atol_half = 0.0f64;
+    let mut acc = Accumulator::new();
     for_each_output(p, |coord, index| {
-        e.elements += 1;
-        let reference = r.out[index];
-        let value = f64::from(out[index].to_f32());
-        let err = (value - reference).abs();
-        if !value.is_finite() {
-            e.non_finite.get_or_insert(OutputElement { index, coord });
-        } else if e.worst.is_none() || err > e.err {
-            e.err = err;
-            e.worst = Some(OutputElement { index, coord });
-        }
-        if value != 0.0 && r.row_keys[p.lse_index(coord.seq, coord.h, coord.t)] == 0 {
-            e.masked_nonzero.get_or_insert(OutputElement { index, coord });
-        }
-        e.err_baseline = e.err_baseline.max((f64::from(case.baseline[index].to_f32()) - reference).abs());
-        let shifted = reference + 0.3;
-        atol_half = atol_half.max((f64::from(T::from_f64(shifted).to_f32()) - shifted).abs());
+        let keys = r.row_keys[p.lse_index(coord.seq, coord.h, coord.t)];
+        acc.add(OutputElement { index, coord }, out[index], r.out[index], case.baseline[index], keys);
     });
-    e.atol = 2.0 * atol_half;
-    if T::DTYPE == DType::F32 {
-        let v_max =
-            case.v.iter().map(|x| f64::from(x.to_f32()).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max);
-        let magnitude = r.row_magnitude.iter().copied().fold(0.0, f64::max);
-        let keys = r.row_keys.iter().copied().max().unwrap_or(0);
-        e.f32_bound = Some(f32_bound(v_max, magnitude, keys, p.q().head_dim));
+    acc.finish(&case.v, &r.row_magnitude, &r.row_keys, p.q().head_dim)
+}
+
+/// [`output_errors`] on the rows of a [`RowsReference`] only (for problems too large for a
+/// [`Case`]): `out` is laid out as `problem.o`, `v` is the V buffer (for the f32 bound), and
+/// `reference` was computed from the same inputs ([`crate::oracle::reference_rows`]).
+pub fn output_errors_rows<T: Element>(
+    problem: &Problem,
+    reference: &RowsReference<T>,
+    v: &[T],
+    out: &[T],
+) -> OutputErrors {
+    let d = problem.q().head_dim;
+    let mut acc = Accumulator::new();
+    for (i, c) in reference.rows.iter().enumerate() {
+        let base = problem.o().offset(c.b, c.s, c.h);
+        for x in 0..d {
+            let (index, j) = (base + x, i * d + x);
+            let at = OutputElement { index, coord: Coord { x, ..*c } };
+            acc.add(at, out[index], reference.out[j], reference.baseline[j], reference.row_keys[i]);
+        }
     }
-    e
+    acc.finish(v, &reference.row_magnitude, &reference.row_keys, d)
 }
 
 /// Checks an implementation's output (laid out as `case.problem.o`) and, if given, its
@@ -250,27 +343,8 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
             case.baseline[w.index].to_f32()
         )
     };
-    if let Some(w) = output.non_finite {
-        return Err(describe(w, "output is not finite (NaN or infinite: unwritten, or overflowed)"));
-    }
-    if let Some(w) = output.masked_nonzero {
-        return Err(describe(w, "output of a row that sees no key is not 0"));
-    }
-    let (err, allowed) = (output.err, output.allowed());
-    let rule_enforced = T::DTYPE != DType::F32;
-    if let Some(w) = output.worst {
-        if rule_enforced && err > allowed {
-            return Err(describe(
-                w,
-                &format!(
-                    "output error {err:.3e} exceeds 2·baseline error {:.3e} + atol {:.3e} = {allowed:.3e}",
-                    output.err_baseline, output.atol
-                ),
-            ));
-        }
-        if let Some(b) = output.f32_bound.filter(|&b| err > b) {
-            return Err(describe(w, &format!("f32 output error {err:.3e} exceeds the f32 bound {b:.3e}")));
-        }
+    if let Some((w, why)) = output.failure(T::DTYPE) {
+        return Err(describe(w, &why));
     }
 
     // Log-sum-exp.
@@ -316,13 +390,7 @@ pub fn check<T: Element>(case: &Case<T>, out: &[T], lse: Option<&[f32]>) -> Resu
             return Err(f);
         }
     }
-    let rule_ratio = if allowed > 0.0 {
-        err / allowed
-    } else if err > 0.0 {
-        f64::INFINITY
-    } else {
-        0.0
-    };
+    let (rule_ratio, rule_enforced) = (output.rule_ratio(), T::DTYPE != DType::F32);
     Ok(Report { output, rule_ratio, rule_enforced, lse_err, lse_ratio, rows })
 }
 
@@ -345,5 +413,48 @@ pub fn check_untouched<T: Element>(case: &Case<T>, out: &[T]) -> Result<(), Stri
             "output element {i}, outside every output position, was written ({:e})\n{case}",
             out[i].to_f32()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{LayoutKind, Sequences, Spec};
+    use crate::oracle::reference_rows;
+    use flashattn::f16;
+    use rand::SeedableRng;
+
+    #[test]
+    fn the_rule_on_every_row_is_the_rule_on_the_case() {
+        let spec = Spec {
+            sequences: Sequences::VarLen {
+                q_lens: vec![5, 0, 9],
+                k_lens: vec![7, 3, 4],
+                spare_q: 2,
+                spare_k: 1,
+            },
+            heads_q: 2,
+            heads_k: 1,
+            causal: true,
+            layout: LayoutKind::Mixed,
+            ..Spec::batch(1, 1, 1, 1, 16)
+        };
+        let case = Case::<f16>::random(&mut rand::rngs::StdRng::seed_from_u64(3), &spec);
+        let (mut out, _) = case.run_cpu().unwrap();
+        let p = &case.problem;
+        let mut rows = Vec::new();
+        for_each_row(p, |c, _| rows.push(c));
+        let r = reference_rows(p, &case.q, &case.k, &case.v, &rows);
+        let whole = output_errors(&case, &out);
+        assert_eq!(output_errors_rows(p, &r, &case.v, &out), whole);
+        assert!(whole.failure(DType::F16).is_none() && whole.rule_ratio() <= 1.0);
+        // A wrong element breaks the rule, where it is.
+        let at = whole.worst.unwrap().index;
+        out[at] = f16::from_f32(out[at].to_f32() + 0.5);
+        let bad = output_errors_rows(p, &r, &case.v, &out);
+        let (w, why) = bad.failure(DType::F16).unwrap();
+        assert_eq!(w.index, at);
+        assert!(why.contains("exceeds 2·baseline error") && bad.rule_ratio() > 1.0, "{why}");
+        assert!(check(&case, &out, None).unwrap_err().contains(&why));
     }
 }
