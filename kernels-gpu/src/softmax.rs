@@ -160,6 +160,8 @@ impl OnlineSoftmax {
     pub fn merge(&mut self, other: OnlineSoftmax, scale_log2: f32) -> (f32, f32) {
         let new_max = self.max.max(other.max);
         if new_max == f32::NEG_INFINITY {
+            // Both sides fully masked (sums 0), or NaN scores (a NaN sum must survive the merge).
+            self.sum += other.sum;
             return (1.0, 1.0);
         }
         let a = exp2((self.max - new_max) * scale_log2);
@@ -295,5 +297,12 @@ mod tests {
         let mut empty = OnlineSoftmax::new();
         let (x, y) = empty.merge(OnlineSoftmax::new(), c2);
         assert_eq!((x, y, empty.sum, empty.max), (1.0, 1.0, 0.0, f32::NEG_INFINITY));
+        // A thread that saw only NaN scores (max -inf, sum NaN) keeps the NaN through merges.
+        let mut nan = OnlineSoftmax { max: f32::NEG_INFINITY, sum: f32::NAN };
+        nan.merge(OnlineSoftmax::new(), c2);
+        assert!(nan.sum.is_nan());
+        let mut empty = OnlineSoftmax::new();
+        empty.merge(OnlineSoftmax { max: f32::NEG_INFINITY, sum: f32::NAN }, c2);
+        assert!(empty.sum.is_nan() && empty.finish(c2).lse.is_nan());
     }
 }

@@ -27,6 +27,7 @@ use super::sequence::SeqView;
 use crate::config::MmaConfig;
 use crate::mask;
 use crate::params::{AttnParams, lse_index};
+use crate::math::{exp2, fma};
 use crate::softmax::{BlockStep, OnlineSoftmax};
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
@@ -99,32 +100,6 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
         // SAFETY: inside the tile; the source is in the tensor (host validation and alignment
         // checks) or not read at all.
         unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, valid) };
-    }
-}
-
-/// Turns a tile's scores into probabilities in place and adds them to each row's running sum:
-/// with one FMA per score (`EXACT = false`), or by subtracting the maximum first.
-#[inline(always)]
-fn to_probs<const MI: usize, const NT: usize, const EXACT: bool>(
-    s: &mut [[[f32; 4]; NT]; MI],
-    maxes: &[[f32; 2]; MI],
-    state: &mut [[OnlineSoftmax; 2]; MI],
-    scale_log2: f32,
-) {
-    for mi in 0..MI {
-        for half in 0..2 {
-            let step = BlockStep::for_max(maxes[mi][half], scale_log2);
-            let mut sum = 0.0;
-            for st in s[mi].iter_mut() {
-                for e in 0..2 {
-                    let x = st[2 * half + e];
-                    let x = if EXACT { step.prob_exact(x, scale_log2) } else { step.prob(x, scale_log2) };
-                    st[2 * half + e] = x;
-                    sum += x;
-                }
-            }
-            state[mi][half].add(sum);
-        }
     }
 }
 
@@ -338,13 +313,39 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
-        // One FMA per score unless some row's maximum is too large for it (a huge scale): a
-        // warp-uniform choice, once per tile (see `softmax`).
+        // One FMA per score unless some row's maximum is too large for it (a huge scale): then,
+        // a warp-uniform choice once per tile, the maxima are subtracted from the scores first
+        // and the same code computes 2^((s − max)·c) exactly (see `softmax`).
         let fused = maxes.iter().flatten().all(|&m| BlockStep::for_max(m, p.scale_log2).fused_ok());
+        let mut offsets = [[0.0f32; 2]; MI];
         if shuffle::all(fused) {
-            to_probs::<MI, NT, false>(&mut s, &maxes, &mut state, p.scale_log2);
+            for (om, mm) in offsets.iter_mut().zip(&maxes) {
+                for (o, &m) in om.iter_mut().zip(mm) {
+                    *o = BlockStep::for_max(m, p.scale_log2).neg_max_scaled;
+                }
+            }
         } else {
-            to_probs::<MI, NT, true>(&mut s, &maxes, &mut state, p.scale_log2);
+            for (sm, mm) in s.iter_mut().zip(&maxes) {
+                for st in sm.iter_mut() {
+                    for (e, x) in st.iter_mut().enumerate() {
+                        let m = mm[e / 2];
+                        *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+                    }
+                }
+            }
+        }
+        for mi in 0..MI {
+            for half in 0..2 {
+                let mut sum = 0.0;
+                for st in s[mi].iter_mut() {
+                    for e in 0..2 {
+                        let x = exp2(fma(st[2 * half + e], p.scale_log2, offsets[mi][half]));
+                        st[2 * half + e] = x;
+                        sum += x;
+                    }
+                }
+                state[mi][half].add(sum);
+            }
         }
 
         // O += P·V_j, with P repacked from accumulators into A fragments.
