@@ -281,7 +281,14 @@ pub enum Preset {
     Extras,
     /// The CPU sweep (what `run` falls back to without a GPU).
     Cpu,
+    /// Every head dim real models use, d ∈ {32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224,
+    /// 256}, bf16 and f16, N = 4096, causal and not, B·N = 16384 and H = 2048/d (rounded down),
+    /// through `auto` (the tensor-core kernel, head dims padded up to an instantiated one).
+    HeadDims,
 }
+
+/// The head dims of the `head-dims` preset.
+pub const HEAD_DIMS_SWEEP: [usize; 12] = [32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256];
 
 const ALL_GPU_METHODS: [Method; 3] = [Method::Flash, Method::FlashTensorCore, Method::Standard];
 
@@ -418,6 +425,10 @@ impl Preset {
                     ..block("wall", &[BF16], &[128], &[4096, 8192, 16_384, 32_768])
                 },
             ],
+            Preset::HeadDims => vec![Block {
+                methods: vec![Method::Auto],
+                ..block("head-dims", &[BF16, F16], &HEAD_DIMS_SWEEP, &[4096])
+            }],
             Preset::Cpu => vec![Block {
                 batch: Size::Fixed(1),
                 heads: Size::Fixed(2),

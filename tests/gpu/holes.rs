@@ -4,7 +4,7 @@
 use flashattn::cpu::{self, HostTensor, HostTensorMut};
 use flashattn::kernels::params::SIMT_KEY_CHUNK;
 use flashattn::{
-    AttentionOptions, Device, DeviceBuffer, Element as _, Error, InvalidInput, Layout, Method, Problem, Reason, Tiles, bf16,
+    AttentionOptions, Device, DeviceBuffer, Error, InvalidInput, Layout, Method, Problem, Reason, Tiles, bf16,
 };
 use flashattn_testkit::oracle::{attention_f64, widen};
 use rand::Rng;
@@ -145,7 +145,7 @@ fn empty_problems(dev: &Device) -> Result<(), String> {
         let (dq, dk) = (random_bf16(q.required_len().unwrap_or(0)), random_bf16(k.required_len().unwrap_or(0)));
         for method in METHODS {
             let r = run(dev, [q, k, k, q], [&dq, &dk, &dk], &AttentionOptions { method, ..Default::default() })?;
-            r.result.map_err(|e| format!("{method} on {q:?}: {e}"))?;
+            r.result.as_ref().map_err(|e| format!("{method} on {q:?}: {e}"))?;
             if !untouched(&r) {
                 return Err(format!("{method} on {q:?}: an empty problem wrote"));
             }

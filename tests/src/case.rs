@@ -48,6 +48,11 @@ pub enum LayoutKind {
     Padded,
     /// A different layout per tensor: Q `bhsd`, K padded, V `bshd`, O padded.
     Mixed,
+    /// `(batch, seqlen, heads, head_dim)` order with gaps, every stride a multiple of 8 elements
+    /// (16-byte rows, what the tensor-core kernel needs) for any head dim ([`aligned_layout`]):
+    /// the gap after each head's `head_dim` elements is at least 1, so a kernel that reads or
+    /// writes past `head_dim` meets the gap.
+    Aligned,
 }
 
 /// The distribution of the inputs. Input values are drawn in f32 and rounded to the element
@@ -128,6 +133,7 @@ impl Spec {
         let make = |kind: LayoutKind, s: usize, h: usize| match kind {
             LayoutKind::Bshd => Layout::bshd(batch, s, h, d),
             LayoutKind::Bhsd => Layout::bhsd(batch, s, h, d),
+            LayoutKind::Aligned => aligned_layout(batch, s, h, d),
             _ => padded_layout(batch, s, h, d),
         };
         match self.layout {
@@ -175,6 +181,14 @@ pub const fn padded_layout(batch: usize, seqlen: usize, heads: usize, head_dim: 
     let head_stride = head_dim + 3;
     let seq_stride = heads * head_stride + 5;
     Layout { batch, seqlen, heads, head_dim, batch_stride: seqlen * seq_stride + 7, seq_stride, head_stride }
+}
+
+/// `(batch, seqlen, heads, head_dim)` order whose strides are multiples of 8 elements, with a gap
+/// of at least one element after each head (and 8 after each token and batch entry).
+pub const fn aligned_layout(batch: usize, seqlen: usize, heads: usize, head_dim: usize) -> Layout {
+    let head_stride = (head_dim + 1).div_ceil(8) * 8;
+    let seq_stride = heads * head_stride + 8;
+    Layout { batch, seqlen, heads, head_dim, batch_stride: seqlen * seq_stride + 8, seq_stride, head_stride }
 }
 
 /// Position of one output element.

@@ -28,7 +28,7 @@ use crate::config::MmaConfig;
 use crate::mask;
 use crate::params::{AttnParams, lse_index};
 use crate::math::{exp2, fma};
-use crate::softmax::{BlockStep, OnlineSoftmax};
+use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
 #[inline(always)]
@@ -191,6 +191,8 @@ unsafe fn flash_fwd_mma<
     };
 
     let mut q_frags = [[[0u32; 4]; KQ]; MI];
+    // The largest |row maximum| for which one FMA per score is accurate (see `softmax`).
+    let max_fused = FUSED_LIMIT / p.scale_log2;
     for j in 0..n_tiles {
         let n0 = j * BN as u32;
         cp_async::wait::<0>();
@@ -286,9 +288,9 @@ unsafe fn flash_fwd_mma<
         }
 
         // Online softmax on the accumulators: rows g (elements 0, 1) and g+8 (elements 2, 3).
-        // The row maxima first; the output is rescaled before the probabilities are formed, so
-        // that only each row's maximum stays live across the rescale.
-        let mut maxes = [[f32::NEG_INFINITY; 2]; MI];
+        // First the recurrence's step for every row (new maximum, rescaled sum, the factor α for
+        // the output), then the output's rescale (so that the α die before the exponentials),
+        // then the probabilities from each row's new maximum.
         let mut alphas = [[1.0f32; 2]; MI];
         for mi in 0..MI {
             for half in 0..2 {
@@ -296,9 +298,7 @@ unsafe fn flash_fwd_mma<
                 for st in &s[mi] {
                     m = m.max(st[2 * half]).max(st[2 * half + 1]);
                 }
-                let step = state[mi][half].step(shuffle::max4(m), p.scale_log2);
-                alphas[mi][half] = step.alpha;
-                maxes[mi][half] = step.max;
+                alphas[mi][half] = state[mi][half].step(shuffle::max4(m), p.scale_log2).alpha;
             }
         }
         // Rescale the output only when some row's maximum moved (α = 1 exactly otherwise, and
@@ -313,22 +313,18 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
-        // One FMA per score unless some row's maximum is too large for it (a huge scale): then,
+
+        // One FMA per score, unless some row's maximum is too large for it (a huge scale): then,
         // a warp-uniform choice once per tile, the maxima are subtracted from the scores first
-        // and the same code computes 2^((s − max)·c) exactly (see `softmax`).
-        let fused = maxes.iter().flatten().all(|&m| BlockStep::for_max(m, p.scale_log2).fused_ok());
-        let mut offsets = [[0.0f32; 2]; MI];
-        if shuffle::all(fused) {
-            for (om, mm) in offsets.iter_mut().zip(&maxes) {
-                for (o, &m) in om.iter_mut().zip(mm) {
-                    *o = BlockStep::for_max(m, p.scale_log2).neg_max_scaled;
-                }
-            }
-        } else {
-            for (sm, mm) in s.iter_mut().zip(&maxes) {
+        // and the same code computes 2^((s − max)·c) exactly (see `softmax`). A fully masked row
+        // (maximum -inf) takes that path too, which is right for it as well.
+        let largest = state.iter().flatten().fold(0.0f32, |a, st| a.max(st.max.abs()));
+        let fused = shuffle::all(largest < max_fused);
+        if !fused {
+            for (sm, stm) in s.iter_mut().zip(&state) {
                 for st in sm.iter_mut() {
                     for (e, x) in st.iter_mut().enumerate() {
-                        let m = mm[e / 2];
+                        let m = stm[e / 2].max;
                         *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
                     }
                 }
@@ -336,10 +332,11 @@ unsafe fn flash_fwd_mma<
         }
         for mi in 0..MI {
             for half in 0..2 {
+                let offset = if fused { state[mi][half].current(p.scale_log2).neg_max_scaled } else { 0.0 };
                 let mut sum = 0.0;
                 for st in s[mi].iter_mut() {
                     for e in 0..2 {
-                        let x = exp2(fma(st[2 * half + e], p.scale_log2, offsets[mi][half]));
+                        let x = exp2(fma(st[2 * half + e], p.scale_log2, offset));
                         st[2 * half + e] = x;
                         sum += x;
                     }
@@ -347,7 +344,6 @@ unsafe fn flash_fwd_mma<
                 state[mi][half].add(sum);
             }
         }
-
         // O += P·V_j, with P repacked from accumulators into A fragments.
         for ks in 0..BN / 16 {
             let mut a = [[0u32; 4]; MI];
