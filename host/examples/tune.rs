@@ -33,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let problem = Problem::new(l, l, l, l, [len; 4], &base)?;
                 let mut line = format!("d {d:>3} causal {causal:>5} N {n:>5} B {b:>2} H {h:>2} |");
                 for c in MMA_CONFIGS.iter().filter(|c| c.head_dim as usize == d) {
-                    let tiles = Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
+                    let tiles =
+                        Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
                     let opts = AttentionOptions { tiles, ..base.clone() };
                     let timer = GpuTimer::new(&dev)?;
                     let mut times = Vec::new();

@@ -109,7 +109,11 @@ impl Device {
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
         let params = attn_params(problem, io, addresses, block_n);
-        let shape = LaunchShape { grid: launch.grid, block: (launch.threads, 1, 1), shared_bytes: launch.shared_bytes };
+        let shape = LaunchShape {
+            grid: launch.grid,
+            block: (launch.threads, 1, 1),
+            shared_bytes: launch.shared_bytes,
+        };
         // SAFETY: `params` is the kernel's parameter struct, built from validated layouts whose
         // buffers hold every addressed element. The offset buffers are freed in stream order,
         // after the kernel.
@@ -138,7 +142,12 @@ fn strides(l: &Layout) -> [u64; 3] {
 
 /// The kernels' parameter struct for a validated problem (whose counts the validation and the
 /// planner keep within 32 bits).
-pub(crate) fn attn_params(problem: &Problem, io: Io, offsets: Option<(u64, u64)>, block_n: u32) -> AttnParams {
+pub(crate) fn attn_params(
+    problem: &Problem,
+    io: Io,
+    offsets: Option<(u64, u64)>,
+    block_n: u32,
+) -> AttnParams {
     AttnParams {
         q: io.q,
         k: io.k,

@@ -167,7 +167,11 @@ impl Tiled {
                             let s = &mut self.s[..cols];
                             let mut block_max = f32::NEG_INFINITY;
                             for (c, sc) in s.iter_mut().enumerate() {
-                                *sc = if c < seen { dot(q_row, &self.k[c * d..(c + 1) * d]) } else { f32::NEG_INFINITY };
+                                *sc = if c < seen {
+                                    dot(q_row, &self.k[c * d..(c + 1) * d])
+                                } else {
+                                    f32::NEG_INFINITY
+                                };
                                 block_max = block_max.max(*sc);
                             }
                             let step = self.state[r].step(block_max, scale_log2);

@@ -155,9 +155,16 @@ impl Device {
             ptx_target: target.name(),
         };
         let stream = ctx.new_stream().context("creating a stream")?;
-        let raised_shared =
-            flashattn_kernels::registry::KERNELS.iter().map(|_| AtomicU32::new(0)).collect();
-        Ok(Device { blas: OnceLock::new(), module: OnceLock::new(), target, stream, ctx, props, raised_shared })
+        let raised_shared = flashattn_kernels::registry::KERNELS.iter().map(|_| AtomicU32::new(0)).collect();
+        Ok(Device {
+            blas: OnceLock::new(),
+            module: OnceLock::new(),
+            target,
+            stream,
+            ctx,
+            props,
+            raised_shared,
+        })
     }
 
     /// The loaded module, loading (JIT-compiling) this device's PTX on first use.
@@ -384,7 +391,12 @@ impl Device {
     /// # Safety
     /// `P` must be the `#[repr(C)]` parameter struct that `kernel` takes, and every device
     /// address in it must be valid for the accesses the kernel makes with this shape.
-    pub(crate) unsafe fn launch<P: Copy>(&self, kernel: KernelId, shape: LaunchShape, params: &P) -> Result<()> {
+    pub(crate) unsafe fn launch<P: Copy>(
+        &self,
+        kernel: KernelId,
+        shape: LaunchShape,
+        params: &P,
+    ) -> Result<()> {
         self.bind()?;
         let f = self.module()?.function(kernel)?.0;
         let name = kernel.name();

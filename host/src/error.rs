@@ -257,7 +257,9 @@ pub enum InvalidInput {
         tensor: &'static str,
     },
     /// The softmax scale is not a positive finite number.
-    #[error("softmax scale is {scale}; it must be positive, with scale·log2(e) finite (at most about 2.3e38)")]
+    #[error(
+        "softmax scale is {scale}; it must be positive, with scale·log2(e) finite (at most about 2.3e38)"
+    )]
     Scale {
         /// The value given.
         scale: f32,

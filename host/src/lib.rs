@@ -31,7 +31,9 @@ pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result};
 pub use plan::{Launch, LaunchKind, NotTaken, Plan, Reason, TileError, plan};
-pub use problem::{AttentionOptions, Layout, MAX_HEAD_DIM, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen};
+pub use problem::{
+    AttentionOptions, Layout, MAX_HEAD_DIM, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,
+};
 pub use timing::GpuTimer;
 
 /// Hooks for the project's own GPU test suite (raw launches that trigger driver errors on
@@ -54,7 +56,8 @@ pub mod internals {
         shared_bytes: u32,
     ) -> Result<()> {
         dev.owns("buf", buf)?;
-        let params = FillParams { ptr: buf.device_address(), len: buf.len() as u64, value: 0x7fc0_0000, _pad: 0 };
+        let params =
+            FillParams { ptr: buf.device_address(), len: buf.len() as u64, value: 0x7fc0_0000, _pad: 0 };
         let kernel = dev.fill_kernel(Family::Fill(4))?;
         // SAFETY: the params describe `buf`, which the kernel bounds-checks by `len`.
         unsafe { dev.launch(kernel, LaunchShape { grid, block, shared_bytes }, &params) }

@@ -6,7 +6,9 @@
 //! rule is tested on the CPU. A [`Plan`] lists its launches and, for `Method::Auto`, why each
 //! faster path was not taken.
 
-use flashattn_kernels::config::{MMA_CONFIGS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_default, mma_find};
+use flashattn_kernels::config::{
+    MMA_CONFIGS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_default, mma_find,
+};
 use flashattn_kernels::params::{SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS};
 use flashattn_kernels::registry::{Family, Target};
 
@@ -119,7 +121,9 @@ impl std::fmt::Display for Reason {
                 "{tensor}'s token stride {seq_stride}: cuBLAS needs it to be at least the head dim {head_dim} \
                  (use a flash method for broadcast or overlapping rows)"
             ),
-            Reason::Target { kernel, target } => write!(f, "this device: kernel `{kernel}` is not built for {target}"),
+            Reason::Target { kernel, target } => {
+                write!(f, "this device: kernel `{kernel}` is not built for {target}")
+            }
         }
     }
 }
@@ -173,10 +177,9 @@ impl std::fmt::Display for TileError {
             TileError::BlockN { multiple_of, max } => {
                 write!(f, "block_n must be a multiple of {multiple_of} up to {max}")
             }
-            TileError::SharedMemory { needed, limit } => write!(
-                f,
-                "they need {needed} bytes of shared memory per block, the device allows {limit}"
-            ),
+            TileError::SharedMemory { needed, limit } => {
+                write!(f, "they need {needed} bytes of shared memory per block, the device allows {limit}")
+            }
         }
     }
 }
@@ -410,7 +413,12 @@ fn kernel_on(method: Method, props: &DeviceProps, family: Family) -> Result<Kern
     }
 }
 
-fn plan_mma(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+fn plan_mma(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    tiles: Tiles,
+) -> Result<Plan, InvalidInput> {
     let method = Method::FlashTensorCore;
     if dtype == DType::F32 {
         return Err(unsupported(method, Reason::DType { dtype }));
@@ -424,7 +432,10 @@ fn plan_mma(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) 
     for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
         if l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0) {
             let strides = [l.batch_stride, l.seq_stride, l.head_stride];
-            return Err(unsupported(method, Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN }));
+            return Err(unsupported(
+                method,
+                Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN },
+            ));
         }
     }
     // A tile override picks one of the instantiated configurations of this head dim.
@@ -433,7 +444,8 @@ fn plan_mma(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) 
         (m, n) => {
             let c = MMA_CONFIGS[default];
             let (m, n) = (m.unwrap_or(c.block_m as usize), n.unwrap_or(c.block_n as usize));
-            let found = u32::try_from(m).ok().zip(u32::try_from(n).ok()).and_then(|(m, n)| mma_find(d as u32, m, n));
+            let found =
+                u32::try_from(m).ok().zip(u32::try_from(n).ok()).and_then(|(m, n)| mma_find(d as u32, m, n));
             found.ok_or_else(|| {
                 let available = MMA_CONFIGS
                     .iter()
@@ -450,10 +462,22 @@ fn plan_mma(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) 
         return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
     }
     let kernel = kernel_on(method, props, Family::FlashMma(elem(dtype), index))?;
-    flash_plan(method, problem, kernel, (config.block_m, config.block_n), config.threads(), config.shared_bytes())
+    flash_plan(
+        method,
+        problem,
+        kernel,
+        (config.block_m, config.block_n),
+        config.threads(),
+        config.shared_bytes(),
+    )
 }
 
-fn plan_simt(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+fn plan_simt(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    tiles: Tiles,
+) -> Result<Plan, InvalidInput> {
     let method = Method::Flash;
     let d = problem.head_dim();
     let default = SimtConfig::default_for(d as u32)
@@ -462,13 +486,21 @@ fn plan_simt(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles)
     let block_m = pick(tiles.block_m, default.block_m);
     let block_n = pick(tiles.block_n, default.block_n);
     let (Some(block_m), Some(block_n)) = (block_m, block_n) else {
-        return Err(tile_error(method, tiles, TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N }));
+        return Err(tile_error(
+            method,
+            tiles,
+            TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N },
+        ));
     };
     if !SIMT_BLOCK_M.contains(&block_m) {
         return Err(tile_error(method, tiles, TileError::BlockM { allowed: &SIMT_BLOCK_M }));
     }
     if !SimtConfig::tiles_valid(block_m, block_n) {
-        return Err(tile_error(method, tiles, TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N }));
+        return Err(tile_error(
+            method,
+            tiles,
+            TileError::BlockN { multiple_of: SIMT_KEY_CHUNK, max: SIMT_MAX_BLOCK_N },
+        ));
     }
     let config = SimtConfig { block_m, block_n, ..default };
     let limit = props.max_shared_per_block;
@@ -481,7 +513,14 @@ fn plan_simt(props: &DeviceProps, dtype: DType, problem: &Problem, tiles: Tiles)
         });
     }
     let kernel = kernel_on(method, props, Family::FlashSimt(elem(dtype), config.padded_dim))?;
-    flash_plan(method, problem, kernel, (config.block_m, config.block_n), config.threads(), config.shared_bytes())
+    flash_plan(
+        method,
+        problem,
+        kernel,
+        (config.block_m, config.block_n),
+        config.threads(),
+        config.shared_bytes(),
+    )
 }
 
 /// The leading dimension cuBLAS sees for a tensor's rows (its token stride; for a single token
@@ -511,15 +550,27 @@ fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, 
     let i32_max = i32::MAX as u128;
     if problem.is_empty() {
         // Nothing runs: no matrix, stride or size to check.
-        return Ok(Plan { method, launches: Vec::new(), tiles: None, scratch_bytes: 0, not_taken: Vec::new() });
+        return Ok(Plan {
+            method,
+            launches: Vec::new(),
+            tiles: None,
+            scratch_bytes: 0,
+            not_taken: Vec::new(),
+        });
     }
     for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
         let ld = gemm_ld(l);
         if ld < d {
-            return Err(unsupported(method, Reason::GemmStride { tensor, seq_stride: l.seq_stride, head_dim: d }));
+            return Err(unsupported(
+                method,
+                Reason::GemmStride { tensor, seq_stride: l.seq_stride, head_dim: d },
+            ));
         }
         if ld as u128 > i32_max {
-            return Err(unsupported(method, Reason::TooLarge { what: "a token stride", value: ld as u128, limit: i32_max }));
+            return Err(unsupported(
+                method,
+                Reason::TooLarge { what: "a token stride", value: ld as u128, limit: i32_max },
+            ));
         }
     }
     let too_large = |what, value: u128, limit| unsupported(method, Reason::TooLarge { what, value, limit });
@@ -535,7 +586,10 @@ fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, 
         None => problem.q().batch as u128 * problem.q().heads as u128 * max_q as u128,
     };
     if rows_per_call > MAX_GRID[0] as u128 {
-        return Err(unsupported(method, Reason::Grid { grid: [rows_per_call.min(u64::MAX as u128) as u64, 1, 1] }));
+        return Err(unsupported(
+            method,
+            Reason::Grid { grid: [rows_per_call.min(u64::MAX as u128) as u64, 1, 1] },
+        ));
     }
     let batches = problem.batch() as u128 * problem.k().heads as u128;
     if batches > i32_max {

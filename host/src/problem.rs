@@ -326,7 +326,11 @@ impl Problem {
         }
         for ((name, l), have) in [("q", &q), ("k", &k), ("v", &v), ("o", &o)].into_iter().zip(len) {
             if l.seqlen > MAX_TOKENS {
-                return Err(InvalidInput::TooManyTokens { tensor: name, tokens: l.seqlen, limit: MAX_TOKENS });
+                return Err(InvalidInput::TooManyTokens {
+                    tensor: name,
+                    tokens: l.seqlen,
+                    limit: MAX_TOKENS,
+                });
             }
             let need = l.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
             if need > have {

@@ -162,7 +162,12 @@ mod tests {
         for target in Target::ALL {
             let ptx = source(target);
             for k in KERNELS.iter().filter(|k| k.on(target)) {
-                assert!(ptx.contains(&format!(".entry {}(", k.name)), "{} missing from {}", k.name, target.name());
+                assert!(
+                    ptx.contains(&format!(".entry {}(", k.name)),
+                    "{} missing from {}",
+                    k.name,
+                    target.name()
+                );
             }
         }
     }

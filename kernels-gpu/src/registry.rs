@@ -202,7 +202,11 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
     while e < 2 {
         let mut i = 0;
         while i < MMA_CONFIGS.len() {
-            out[n] = KernelInfo { name: MMA_KERNELS[e][i], family: Family::FlashMma(ELEMS[e], i), targets: &Target::ALL };
+            out[n] = KernelInfo {
+                name: MMA_KERNELS[e][i],
+                family: Family::FlashMma(ELEMS[e], i),
+                targets: &Target::ALL,
+            };
             n += 1;
             i += 1;
         }

@@ -58,7 +58,15 @@ fn varlen_lengths_overflow_is_an_error() {
 
 #[test]
 fn token_counts_are_capped_where_kernels_count_in_32_bits() {
-    let q = Layout { batch: 1, seqlen: MAX_TOKENS + 1, heads: 1, head_dim: 8, batch_stride: 0, seq_stride: 0, head_stride: 0 };
+    let q = Layout {
+        batch: 1,
+        seqlen: MAX_TOKENS + 1,
+        heads: 1,
+        head_dim: 8,
+        batch_stride: 0,
+        seq_stride: 0,
+        head_stride: 0,
+    };
     let k = Layout::bshd(1, 4, 1, 8);
     let o = q;
     let r = Problem::new(q, k, k, o, [usize::MAX; 4], &AttentionOptions::default());
@@ -94,12 +102,16 @@ fn overlapping_outputs_are_refused() {
 fn zero_heads_are_consistent() {
     let q = Layout::bshd(2, 4, 0, 8);
     let k = Layout::bshd(2, 4, 2, 8);
-    let (out, lse) = run_cpu([q, k, k, q], &[], &vec![0.5; 128], &vec![0.5; 128], &Default::default()).unwrap();
+    let (out, lse) =
+        run_cpu([q, k, k, q], &[], &vec![0.5; 128], &vec![0.5; 128], &Default::default()).unwrap();
     assert!(out.is_empty() && lse.is_empty());
     let q = Layout::bshd(2, 4, 2, 8);
     let k = Layout::bshd(2, 4, 0, 8);
     let r = run_cpu([q, k, k, q], &vec![0.5; 128], &[], &[], &Default::default());
-    assert!(matches!(r, Err(Error::InvalidInput(InvalidInput::HeadGroups { q_heads: 2, kv_heads: 0 }))), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::InvalidInput(InvalidInput::HeadGroups { q_heads: 2, kv_heads: 0 }))),
+        "{r:?}"
+    );
 }
 
 /// A finite but huge scale (1e35): the largest score's probability used to be computed as
@@ -118,10 +130,17 @@ fn huge_scales_are_exact() {
             let p = Problem::new(l, l, l, l, [n; 4], &opts).unwrap();
             let r = attention_f64(&p, &widen(&q), &widen(&k), &widen(&v));
             for (i, (&o, &want)) in out.iter().zip(&r.out).enumerate() {
-                assert!((o as f64 - want).abs() <= 1e-6, "scale {scale} causal {causal}: out[{i}] {o} vs {want}");
+                assert!(
+                    (o as f64 - want).abs() <= 1e-6,
+                    "scale {scale} causal {causal}: out[{i}] {o} vs {want}"
+                );
             }
             for (i, (&x, &want)) in lse.iter().zip(&r.lse).enumerate() {
-                let ok = if want.abs() > f32::MAX as f64 { x == want as f32 } else { ((x as f64 - want) / want).abs() < 1e-5 };
+                let ok = if want.abs() > f32::MAX as f64 {
+                    x == want as f32
+                } else {
+                    ((x as f64 - want) / want).abs() < 1e-5
+                };
                 assert!(ok, "scale {scale} causal {causal}: lse[{i}] {x} vs {want}");
             }
         }

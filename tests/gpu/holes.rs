@@ -40,7 +40,12 @@ struct Run {
     lse: Vec<f32>,
 }
 
-fn run(dev: &Device, layouts: [Layout; 4], data: [&[bf16]; 3], opts: &AttentionOptions) -> Result<Run, String> {
+fn run(
+    dev: &Device,
+    layouts: [Layout; 4],
+    data: [&[bf16]; 3],
+    opts: &AttentionOptions,
+) -> Result<Run, String> {
     let [lq, lk, lv, lo] = layouts;
     let q = dev.upload(data[0]).map_err(e2s)?;
     let k = dev.upload(data[1]).map_err(e2s)?;
@@ -49,7 +54,8 @@ fn run(dev: &Device, layouts: [Layout; 4], data: [&[bf16]; 3], opts: &AttentionO
     let mut lse: DeviceBuffer<f32> = dev.alloc((lq.batch * lq.heads * lq.seqlen).max(1)).map_err(e2s)?;
     dev.fill_nan(&mut out).map_err(e2s)?;
     dev.fill_nan(&mut lse).map_err(e2s)?;
-    let result = dev.attention(q.view(lq), k.view(lk), v.view(lv), out.view_mut(lo), Some(&mut lse), opts).map(|_| ());
+    let result =
+        dev.attention(q.view(lq), k.view(lk), v.view(lv), out.view_mut(lo), Some(&mut lse), opts).map(|_| ());
     dev.synchronize().map_err(e2s)?;
     Ok(Run { result, out: dev.download(&out).map_err(e2s)?, lse: dev.download(&lse).map_err(e2s)? })
 }
@@ -69,7 +75,8 @@ fn another_device(dev: &Device) -> Result<(), String> {
     let theirs = other.upload(&data).map_err(e2s)?;
     let mut out = dev.alloc::<bf16>(n).map_err(e2s)?;
     dev.fill_nan(&mut out).map_err(e2s)?;
-    let r = dev.attention(mine.view(l), theirs.view(l), mine.view(l), out.view_mut(l), None, &Default::default());
+    let r =
+        dev.attention(mine.view(l), theirs.view(l), mine.view(l), out.view_mut(l), None, &Default::default());
     if !matches!(r, Err(Error::WrongDevice { what: "k", .. })) {
         return Err(format!("expected WrongDevice for k, got {r:?}"));
     }
@@ -97,7 +104,10 @@ fn standard_broadcast_v(dev: &Device) -> Result<(), String> {
     let r = run(dev, [l, l, lv, l], [&q, &k, &v], &opts)?;
     if !matches!(
         r.result,
-        Err(Error::InvalidInput(InvalidInput::Unsupported { reason: Reason::GemmStride { tensor: "v", .. }, .. }))
+        Err(Error::InvalidInput(InvalidInput::Unsupported {
+            reason: Reason::GemmStride { tensor: "v", .. },
+            ..
+        }))
     ) {
         return Err(format!("expected a GemmStride refusal, got {:?}", r.result));
     }
@@ -142,9 +152,11 @@ fn empty_problems(dev: &Device) -> Result<(), String> {
         (Layout::bshd(2, 0, 2, 64), Layout::bshd(2, 16, 2, 64)),
     ];
     for (q, k) in shapes {
-        let (dq, dk) = (random_bf16(q.required_len().unwrap_or(0)), random_bf16(k.required_len().unwrap_or(0)));
+        let (dq, dk) =
+            (random_bf16(q.required_len().unwrap_or(0)), random_bf16(k.required_len().unwrap_or(0)));
         for method in METHODS {
-            let r = run(dev, [q, k, k, q], [&dq, &dk, &dk], &AttentionOptions { method, ..Default::default() })?;
+            let r =
+                run(dev, [q, k, k, q], [&dq, &dk, &dk], &AttentionOptions { method, ..Default::default() })?;
             r.result.as_ref().map_err(|e| format!("{method} on {q:?}: {e}"))?;
             if !untouched(&r) {
                 return Err(format!("{method} on {q:?}: an empty problem wrote"));
@@ -171,12 +183,16 @@ fn huge_scale(dev: &Device) -> Result<(), String> {
                 for (i, (o, &want)) in r.out.iter().zip(&reference.out).enumerate() {
                     // One-hot probabilities: the output is a V element, exactly representable.
                     if (o.to_f32() as f64 - want).abs() > 1e-6 {
-                        return Err(format!("{method} scale {scale} causal {causal}: out[{i}] {o} vs {want}"));
+                        return Err(format!(
+                            "{method} scale {scale} causal {causal}: out[{i}] {o} vs {want}"
+                        ));
                     }
                 }
                 for (i, (&x, &want)) in r.lse.iter().zip(&reference.lse).enumerate() {
                     if ((x as f64 - want) / want).abs() > 1e-5 {
-                        return Err(format!("{method} scale {scale} causal {causal}: lse[{i}] {x} vs {want}"));
+                        return Err(format!(
+                            "{method} scale {scale} causal {causal}: lse[{i}] {x} vs {want}"
+                        ));
                     }
                 }
             }
@@ -216,12 +232,16 @@ fn nan_in_v_tile_rule(dev: &Device) -> Result<(), String> {
         let opts = AttentionOptions { method, causal: true, ..Default::default() };
         let gpu = run(dev, [l; 4], [&q, &k, &v], &opts)?;
         gpu.result.map_err(|e| format!("{method}: {e}"))?;
-        let plan = dev.plan::<bf16>(&Problem::new(l, l, l, l, [n; 4], &opts).map_err(|e| e.to_string())?, &opts)
+        let plan = dev
+            .plan::<bf16>(&Problem::new(l, l, l, l, [n; 4], &opts).map_err(|e| e.to_string())?, &opts)
             .map_err(e2s)?;
         let (block_m, block_n) = plan.tiles.ok_or("flash plan without tiles")?;
         // The general kernel accumulates in chunks of SIMT_KEY_CHUNK keys inside its tiles.
         let chunk = if method == Method::Flash { SIMT_KEY_CHUNK as usize } else { block_n };
-        let cpu_opts = AttentionOptions { tiles: Tiles { block_m: Some(block_m), block_n: Some(chunk) }, ..opts.clone() };
+        let cpu_opts = AttentionOptions {
+            tiles: Tiles { block_m: Some(block_m), block_n: Some(chunk) },
+            ..opts.clone()
+        };
         let mut out = vec![bf16::NAN; n];
         let mut lse = vec![f32::NAN; 300];
         cpu::attention(
@@ -233,7 +253,9 @@ fn nan_in_v_tile_rule(dev: &Device) -> Result<(), String> {
             &cpu_opts,
         )
         .map_err(e2s)?;
-        let nan_rows = |o: &[bf16]| (0..300).filter(|&t| o[t * 64..(t + 1) * 64].iter().any(|x| x.is_nan())).collect::<Vec<_>>();
+        let nan_rows = |o: &[bf16]| {
+            (0..300).filter(|&t| o[t * 64..(t + 1) * 64].iter().any(|x| x.is_nan())).collect::<Vec<_>>()
+        };
         let (g, c) = (nan_rows(&gpu.out), nan_rows(&out));
         if g != c || g.is_empty() || g.len() == 300 {
             return Err(format!("{method}: NaN rows differ: GPU {g:?}, CPU {c:?}"));
@@ -249,4 +271,3 @@ fn nan_in_v_tile_rule(dev: &Device) -> Result<(), String> {
     }
     Ok(())
 }
-

@@ -81,7 +81,8 @@ fn too_much_shared(dev: &Device) -> Result<(), String> {
         || format!("expected SharedMemoryExceeded, got {r:?}"),
     )?;
     // At the limit it runs (the dynamic limit is raised first).
-    launch_fill_u32(dev, &mut buf, (1, 1, 1), (32, 1, 1), limit).map_err(|e| format!("launch at the limit: {e}"))?;
+    launch_fill_u32(dev, &mut buf, (1, 1, 1), (32, 1, 1), limit)
+        .map_err(|e| format!("launch at the limit: {e}"))?;
     dev.synchronize().map_err(|e| e.to_string())
 }
 
@@ -114,4 +115,3 @@ fn length_mismatch(dev: &Device) -> Result<(), String> {
     let r = dev.copy_to_host(&buf, &mut host);
     check(matches!(r, Err(Error::LengthMismatch { .. })), || format!("expected LengthMismatch, got {r:?}"))
 }
-

@@ -155,7 +155,9 @@ impl Spec {
             causal: self.causal,
             varlen: match &self.sequences {
                 Sequences::Batch { .. } => None,
-                Sequences::VarLen { q_lens, k_lens, .. } => Some(VarLen::from_lengths(q_lens, k_lens).expect("strategy lengths fit in u32")),
+                Sequences::VarLen { q_lens, k_lens, .. } => {
+                    Some(VarLen::from_lengths(q_lens, k_lens).expect("strategy lengths fit in u32"))
+                }
             },
             method: flashattn::Method::Auto,
             tiles: self.tiles,

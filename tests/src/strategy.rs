@@ -78,7 +78,14 @@ pub fn values() -> BoxedStrategy<Values> {
 
 /// Any memory order.
 pub fn layout() -> BoxedStrategy<LayoutKind> {
-    select(vec![LayoutKind::Bshd, LayoutKind::Bhsd, LayoutKind::Padded, LayoutKind::Mixed, LayoutKind::Aligned]).boxed()
+    select(vec![
+        LayoutKind::Bshd,
+        LayoutKind::Bhsd,
+        LayoutKind::Padded,
+        LayoutKind::Mixed,
+        LayoutKind::Aligned,
+    ])
+    .boxed()
 }
 
 /// Any valid spec whose cost ([`Spec::work`]) is at most [`DEFAULT_MAX_WORK`].

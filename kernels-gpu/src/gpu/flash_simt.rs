@@ -230,7 +230,14 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
             g += 1;
         }
         if sub == 0 && p.lse != 0 {
-            let idx = lse_index(seq.batch, p.heads_q as u64, h as u64, p.lse_seq_stride as u64, seq.q_start, t as u64);
+            let idx = lse_index(
+                seq.batch,
+                p.heads_q as u64,
+                h as u64,
+                p.lse_seq_stride as u64,
+                seq.q_start,
+                t as u64,
+            );
             // SAFETY: inside the log-sum-exp output (host sizing).
             unsafe { store_f32(p.lse + 4 * idx, res.lse) };
         }
