@@ -27,6 +27,11 @@ pub struct MmaConfig {
     /// V buffers in shared memory: 1 (`V_j` streams in while `S_j` is computed), or 2 (`V_{j+1}`
     /// streams in during the whole of iteration `j`, at the cost of one more V tile).
     pub v_stages: u32,
+    /// 1: a padded instance, for any head dim `d ≤ head_dim` (columns at or past `d` are zero in
+    /// shared memory, never read from or written to device memory; a last partial 16-byte chunk
+    /// is copied and stored element by element). 0: an exact instance, for `d == head_dim` only,
+    /// with none of that logic (the tuned kernels of the headline head dims).
+    pub pad: u32,
 }
 
 /// The largest dynamic shared memory per block on the project's target (H100/H200, compute
@@ -44,10 +49,28 @@ impl MmaConfig {
         self.block_m / self.warps
     }
 
-    /// Shared memory: one Q tile (`block_m × d`), one K tile and `v_stages` V tiles
-    /// (`block_n × d`), 16-bit elements.
+    /// Shared memory: one Q tile (`block_m` rows), one K tile and `v_stages` V tiles (`block_n`
+    /// rows), [`MmaConfig::pitch`] 16-bit elements a row.
     pub const fn shared_bytes(&self) -> u32 {
-        2 * self.head_dim * (self.block_m + (1 + self.v_stages) * self.block_n)
+        2 * self.pitch() * (self.block_m + (1 + self.v_stages) * self.block_n)
+    }
+
+    /// Elements per shared-memory tile row: the head dim rounded up to a power of two of at
+    /// least 64 — whole groups of eight 16-byte chunks (what the XOR swizzle permutes, so every
+    /// head dim gets a conflict-free layout), and a chunk count that divides the threads, so that
+    /// each thread copies one fixed chunk column of a tile. (Exact instances have head dims that
+    /// are 64, 128 or 256, where this is the head dim itself.)
+    pub const fn pitch(&self) -> u32 {
+        let mut p = 64;
+        while p < self.head_dim {
+            p *= 2;
+        }
+        p
+    }
+
+    /// Whether this instance runs a problem of head dim `d`.
+    pub const fn runs(&self, d: u32) -> bool {
+        if self.pad == 1 { d <= self.head_dim } else { d == self.head_dim }
     }
 
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
@@ -58,13 +81,17 @@ impl MmaConfig {
         self.rows_per_warp() == 16 && self.head_dim <= 128
     }
 
-    /// Whether the configuration is one the kernel can run: whole `mma` tiles per warp, rows of
-    /// at least eight 16-byte chunks (for the XOR swizzle), and the Hopper shared-memory budget.
+    /// Whether the configuration is one the kernel can run: whole `mma` tiles per warp, a head
+    /// dim of whole `k16` steps (exact instances: 64, 128 or 256, the tile row itself), tile rows
+    /// every thread copies in whole passes, and the Hopper shared-memory budget.
     pub const fn is_valid(&self) -> bool {
         self.warps > 0
             && self.block_m % (16 * self.warps) == 0
             && self.block_n % 16 == 0
-            && self.head_dim % 64 == 0
+            && self.head_dim % 16 == 0
+            && self.head_dim <= 256
+            && (self.pad == 1 || (self.pad == 0 && self.pitch() == self.head_dim))
+            && self.threads() % (self.pitch() / 8) == 0
             && self.min_blocks > 0
             && (self.v_stages == 1 || self.v_stages == 2)
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
@@ -81,28 +108,46 @@ const _: () = {
     }
 };
 
-/// Index into [`MMA_CONFIGS`] of the configuration the library runs: the first of the head
-/// dimension (`NOTES.md`, v6: it is the fastest at every headline shape, causal or not, on the
-/// H200). The shape is an argument so that a choice by causality or length stays in this one
-/// place if measurements ever call for it.
+/// Index into [`MMA_CONFIGS`] of the configuration the library runs for head dim `head_dim`: the
+/// first exact instance of that head dim if there is one (the tuned default, `NOTES.md`), else
+/// the first padded instance of the smallest head dim that holds it. The shape is an argument so
+/// that a choice by causality or length stays in this one place if measurements ever call for
+/// it.
 pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Option<usize> {
     let _ = (causal, max_seqlen_q);
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
-        if MMA_CONFIGS[i].head_dim == head_dim {
+        if MMA_CONFIGS[i].pad == 0 && MMA_CONFIGS[i].head_dim == head_dim {
             return Some(i);
         }
         i += 1;
     }
-    None
-}
-
-/// Index of the configuration with these tiles, if one is instantiated.
-pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
+    let mut best: Option<usize> = None;
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
-        if c.head_dim == head_dim && c.block_m == block_m && c.block_n == block_n {
+        if c.pad == 1 && c.runs(head_dim) {
+            best = match best {
+                Some(b) if MMA_CONFIGS[b].head_dim <= c.head_dim => Some(b),
+                _ => Some(i),
+            };
+        }
+        i += 1;
+    }
+    best
+}
+
+/// Index of the configuration with these tiles among those of the kind [`mma_default`] picks
+/// for `head_dim` (exact, or padded of the same instance head dim), if one is instantiated.
+pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
+    let base = match mma_default(head_dim, false, 0) {
+        Some(i) => MMA_CONFIGS[i],
+        None => return None,
+    };
+    let mut i = 0;
+    while i < MMA_CONFIGS.len() {
+        let c = MMA_CONFIGS[i];
+        if c.head_dim == base.head_dim && c.pad == base.pad && c.block_m == block_m && c.block_n == block_n {
             return Some(i);
         }
         i += 1;
@@ -197,10 +242,20 @@ mod tests {
             let c = MMA_CONFIGS[i];
             assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i));
         }
-        assert_eq!(mma_default(96, false, 1), None);
+        // Other head dims run on padded instances of the next instantiated head dim.
+        let pad = |d: u32| MMA_CONFIGS[mma_default(d, false, 1).unwrap()];
+        for (d, inst) in
+            [(1, 32), (32, 32), (40, 64), (59, 64), (80, 96), (96, 96), (111, 128), (200, 224), (250, 256)]
+        {
+            assert_eq!((pad(d).head_dim, pad(d).pad), (inst, 1), "d = {d}");
+        }
+        assert_eq!(mma_default(257, false, 1), None);
+        assert_eq!(pad(96).pitch(), 128);
+        assert_eq!(pad(160).pitch(), 256);
         // The tile override names each configuration of a head dim uniquely.
         for (i, c) in MMA_CONFIGS.iter().enumerate() {
-            assert_eq!(mma_find(c.head_dim, c.block_m, c.block_n), Some(i));
+            let d = if c.pad == 1 && c.head_dim % 64 == 0 { c.head_dim - 8 } else { c.head_dim };
+            assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i), "{c:?}");
         }
     }
 }

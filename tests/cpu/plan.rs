@@ -20,7 +20,7 @@ fn devices() -> [DeviceProps; 2] {
 #[test]
 fn auto_takes_tensor_cores_where_they_apply() {
     for props in devices() {
-        for d in [64, 128, 256] {
+        for d in [32, 64, 96, 128, 160, 192, 224, 256] {
             for dtype in [DType::F16, DType::BF16] {
                 let l = Layout::bshd(2, 1000, 4, d);
                 let p =
@@ -48,10 +48,15 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     assert_eq!(p.not_taken[0].method, Method::FlashTensorCore);
     assert_eq!(p.not_taken[0].reason, Reason::DType { dtype: DType::F32 });
     assert!(p.to_string().contains("not flash-tc: f32"), "{p}");
-    // A head dim it has no instance for.
-    let l96 = Layout::bshd(1, 64, 2, 96);
-    let p = plan(&h200, DType::BF16, &problem(l96, l96, &opts), &opts).unwrap();
-    assert!(matches!(&p.not_taken[0].reason, Reason::HeadDim { head_dim: 96, .. }), "{p}");
+    // Every head dim runs on tensor cores, padded up to an instantiated one (d = 80 → 96)…
+    let l80 = Layout::bshd(1, 64, 2, 80);
+    let p = plan(&h200, DType::BF16, &problem(l80, l80, &opts), &opts).unwrap();
+    assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+    assert!(p.kernel().contains("_d96_"), "{p}");
+    // …where its rows are 16-byte aligned: contiguous d = 59 is not.
+    let l59 = Layout::bshd(1, 64, 2, 59);
+    let p = plan(&h200, DType::BF16, &problem(l59, l59, &opts), &opts).unwrap();
+    assert!(matches!(&p.not_taken[0].reason, Reason::Alignment { tensor: "q", .. }), "{p}");
     // Strides that are not multiples of 8 elements.
     let mut padded = l;
     padded.seq_stride = 2 * 64 + 4;

@@ -160,10 +160,16 @@ pub fn case_rng() -> StdRng {
 
 /// Makes a spec fit the tensor-core kernel: a head dim it has, 16-byte aligned layouts.
 fn for_tensor_cores(spec: &mut Spec, pick: usize) {
-    let dims = tc_head_dims();
-    spec.head_dim = dims[pick % dims.len()];
-    if matches!(spec.layout, LayoutKind::Padded | LayoutKind::Mixed) {
-        spec.layout = if pick.is_multiple_of(2) { LayoutKind::Bshd } else { LayoutKind::Aligned };
+    // Half the cases at an instantiated head dim, the others at whatever was drawn (padded up
+    // inside the kernel).
+    if pick.is_multiple_of(2) {
+        let dims = tc_head_dims();
+        spec.head_dim = dims[(pick / 2) % dims.len()];
+    }
+    let aligned =
+        spec.head_dim.is_multiple_of(8) && matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd);
+    if !aligned {
+        spec.layout = LayoutKind::Aligned;
     }
 }
 
@@ -222,9 +228,10 @@ fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
 
 /// The tensor-core kernel on shapes chosen to hit its edges: lengths that are not multiples of
 /// the tiles (97, 1025), Nq ≠ Nk both ways with causal masks, decode (Nq = 1), GQA and MQA,
-/// varlen with empty sequences, both memory orders, large logits.
+/// varlen with empty sequences, both memory orders, large logits; every instantiated head dim and
+/// odd ones between them.
 fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
-    use LayoutKind::{Bhsd, Bshd};
+    use LayoutKind::{Aligned, Bhsd, Bshd};
     let mut specs = Vec::new();
     for d in tc_head_dims() {
         for causal in [false, true] {
@@ -251,8 +258,16 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
         s.values = Values::LargeLogits;
         specs.push(s);
     }
+    // Head dims between the instantiated ones, odd ones included (padded up inside the kernel,
+    // a last partial 16-byte chunk at the row's end), on 16-byte aligned layouts with gaps.
+    for d in [1, 40, 59, 80, 111, 200, 250] {
+        for causal in [false, true] {
+            specs.push(spec(batch(2, 97, 130), 4, 2, d, causal, Aligned));
+            specs.push(spec(batch(1, 1, 257), 8, 1, d, causal, Aligned));
+        }
+    }
     if small() {
-        specs.retain(|s| s.head_dim != 256);
+        specs.retain(|s| s.head_dim <= 128);
     }
     for s in &specs {
         let case = Case::<T>::random(&mut case_rng(), s);
@@ -410,7 +425,10 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
         (DType::BF16, 128, Method::FlashTensorCore),
         (DType::F16, 64, Method::FlashTensorCore),
         (DType::BF16, 256, Method::FlashTensorCore),
-        (DType::BF16, 96, Method::Flash),
+        (DType::BF16, 96, Method::FlashTensorCore),
+        (DType::F16, 40, Method::FlashTensorCore),
+        // d = 59 contiguous: token strides of 59·4 elements are not 16-byte multiples.
+        (DType::BF16, 59, Method::Flash),
         (DType::F32, 128, Method::Flash),
     ] {
         let got = plan_for(dtype, d)?;

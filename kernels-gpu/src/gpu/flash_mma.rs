@@ -68,13 +68,15 @@ impl FragRows {
 }
 
 /// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
-/// shared tile; rows at or past `len` are zero-filled. Every thread of the block takes part, with
+/// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. With `PAD`, so are
+/// the columns at or past the head dim `d`, which are never read (a last, partial chunk reads
+/// only its `d mod 8` elements); without it the tile row is the head dim. Every thread of the block takes part, with
 /// a compile-time number of copies: thread `tid` always copies chunk `tid % chunks` of rows
 /// `tid / chunks + k·(THREADS / chunks)`, so its source address is one 64-bit base plus a fixed
 /// step per copy.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
+unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: bool>(
     tile: u32,
     src: u64,
     seq: &SeqView,
@@ -83,39 +85,46 @@ unsafe fn load_tile<const ROWS: usize, const D: usize, const THREADS: usize>(
     h: u32,
     row0: u32,
     len: u32,
+    d: u32,
 ) {
-    let chunks = D / 8;
+    let chunks = PD / 8;
     let rows_per_pass = THREADS / chunks;
-    const { assert!(THREADS % (D / 8) == 0 && ROWS % (THREADS / (D / 8)) == 0) };
+    const { assert!(THREADS % (PD / 8) == 0 && ROWS % (THREADS / (PD / 8)) == 0) };
     // An opaque read: the per-thread addresses are recomputed at each call (a few integer
     // operations) rather than hoisted out of the key loop into registers.
     let tid = thread_x_opaque() as usize;
     let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
+    // Bytes of this thread's chunk inside the head dim: 16, fewer for a last partial chunk, or 0.
+    let bytes = if PAD { (2 * d).saturating_sub(16 * c).min(16) } else { 16 };
     let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
     let step = 2 * strides[1] * rows_per_pass as u64;
     for k in 0..ROWS / rows_per_pass {
         let r = r0 + (k * rows_per_pass) as u32;
-        let valid = row0 + r < len;
-        let addr = if valid { base + k as u64 * step } else { src };
-        // SAFETY: inside the tile; the source is in the tensor (host validation and alignment
-        // checks) or not read at all.
-        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, valid) };
+        let n = if row0 + r < len { bytes } else { 0 };
+        let addr = if n > 0 { base + k as u64 * step } else { src };
+        // SAFETY: inside the tile; the `n` source bytes are in the tensor (host validation and
+        // alignment checks), or nothing is read.
+        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
     }
 }
 
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
-/// lengths from generics): `D` head dim, `BM` rows per block, `BN` keys per tile, `W` warps,
+/// lengths from generics): `D` head dim computed with (with `PAD`, the problem's `d ≤ D` is padded
+/// with zero columns; without, `d == D`), `PD` elements per shared tile row (`MmaConfig::pitch`), `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
 /// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads,
 /// `VS` V buffers (1: `V_j` loads during `S_j`; 2: `V_{j+1}` loads during all of iteration `j`).
 ///
 /// # Safety
-/// `p` must describe valid 16-bit tensors with 16-byte aligned rows (host checks); launch with
-/// `32·W` threads and `2·D·(BM + (1 + VS)·BN)` bytes of dynamic shared memory.
+/// `p` must describe valid 16-bit tensors with 16-byte aligned rows and `p.head_dim ≤ D` (`== D`
+/// without `PAD`) (host checks); launch with `32·W` threads and `2·PD·(BM + (1 + VS)·BN)` bytes of
+/// dynamic shared memory.
 #[inline(always)]
 unsafe fn flash_fwd_mma<
     E: MmaElement,
     const D: usize,
+    const PD: usize,
+    const PAD: bool,
     const BM: usize,
     const BN: usize,
     const W: usize,
@@ -130,7 +139,8 @@ unsafe fn flash_fwd_mma<
     p: &AttnParams,
 ) {
     const {
-        assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 64 == 0);
+        assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 16 == 0);
+        assert!(PD.is_power_of_two() && PD >= 64 && PD >= D && (PAD || PD == D));
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
         assert!(T == 32 * W && (VS == 1 || VS == 2));
     };
@@ -150,9 +160,9 @@ unsafe fn flash_fwd_mma<
     }
     // `max(1)`: the host never passes 0, and the compiler then needs no division-by-zero panic.
     let kv_h = h / p.group.max(1);
-    let chunks = D as u32 / 8;
+    let chunks = PD as u32 / 8;
     let q_tile = shared::base();
-    let k_tile = q_tile + 2 * (BM * D) as u32;
+    let k_tile = q_tile + 2 * (BM * PD) as u32;
 
     let row_end = (m0 + BM as u32).min(seq.len_q);
     let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
@@ -162,12 +172,42 @@ unsafe fn flash_fwd_mma<
     // Q and the first K tile.
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
-        load_tile::<BM, D, T>(q_tile, p.q, &seq, &p.q_strides, seq.q_start, h, m0, seq.len_q);
+        load_tile::<BM, PD, T, PAD>(
+            q_tile,
+            p.q,
+            &seq,
+            &p.q_strides,
+            seq.q_start,
+            h,
+            m0,
+            seq.len_q,
+            p.head_dim,
+        );
         if n_tiles > 0 {
-            load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, 0, seq.len_k);
+            load_tile::<BN, PD, T, PAD>(
+                k_tile,
+                p.k,
+                &seq,
+                &p.k_strides,
+                seq.k_start,
+                kv_h,
+                0,
+                seq.len_k,
+                p.head_dim,
+            );
             if VS == 2 {
-                let v_tile = k_tile + 2 * (BN * D) as u32;
-                load_tile::<BN, D, T>(v_tile, p.v, &seq, &p.v_strides, seq.k_start, kv_h, 0, seq.len_k);
+                let v_tile = k_tile + 2 * (BN * PD) as u32;
+                load_tile::<BN, PD, T, PAD>(
+                    v_tile,
+                    p.v,
+                    &seq,
+                    &p.v_strides,
+                    seq.k_start,
+                    kv_h,
+                    0,
+                    seq.len_k,
+                    p.head_dim,
+                );
             }
         }
     }
@@ -200,8 +240,8 @@ unsafe fn flash_fwd_mma<
         // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
         // derives the fragment addresses inside the loop instead of keeping them all live.
         let q_tile = shared::base();
-        let k_tile = q_tile + 2 * (BM * D) as u32;
-        let v_tile = |j: u32| k_tile + 2 * (BN * D) as u32 * (1 + j % VS as u32);
+        let k_tile = q_tile + 2 * (BM * PD) as u32;
+        let v_tile = |j: u32| k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32);
         let (q_rows, k_rows, v_rows) = frag_rows();
         if QR && j == 0 {
             for (mi, qm) in q_frags.iter_mut().enumerate() {
@@ -214,7 +254,17 @@ unsafe fn flash_fwd_mma<
         if VS == 1 {
             // SAFETY: as above.
             unsafe {
-                load_tile::<BN, D, T>(v_tile(j), p.v, &seq, &p.v_strides, seq.k_start, kv_h, n0, seq.len_k)
+                load_tile::<BN, PD, T, PAD>(
+                    v_tile(j),
+                    p.v,
+                    &seq,
+                    &p.v_strides,
+                    seq.k_start,
+                    kv_h,
+                    n0,
+                    seq.len_k,
+                    p.head_dim,
+                )
             };
             cp_async::commit();
         }
@@ -252,9 +302,19 @@ unsafe fn flash_fwd_mma<
             let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
-                load_tile::<BN, D, T>(k_tile, p.k, &seq, &p.k_strides, seq.k_start, kv_h, next, seq.len_k);
+                load_tile::<BN, PD, T, PAD>(
+                    k_tile,
+                    p.k,
+                    &seq,
+                    &p.k_strides,
+                    seq.k_start,
+                    kv_h,
+                    next,
+                    seq.len_k,
+                    p.head_dim,
+                );
                 if VS == 2 {
-                    load_tile::<BN, D, T>(
+                    load_tile::<BN, PD, T, PAD>(
                         v_tile(j + 1),
                         p.v,
                         &seq,
@@ -263,6 +323,7 @@ unsafe fn flash_fwd_mma<
                         kv_h,
                         next,
                         seq.len_k,
+                        p.head_dim,
                     );
                 }
             }
@@ -402,16 +463,25 @@ unsafe fn flash_fwd_mma<
     }
     shuffle::sync_warp();
     let warp_rows = (MI * 16) as u32;
-    for k in 0..(MI * 16 * D / 8) / 32 {
+    for k in 0..(MI * 16 * PD / 8) / 32 {
         let i = lane + 32 * k as u32;
         let (r, c) = (i / chunks, i % chunks);
         let row = m0 + warp_row0 + r;
-        if r < warp_rows && row < seq.len_q {
+        // Elements of chunk c inside the head dim: 8, fewer for a last partial chunk, or none.
+        let cols = if PAD { p.head_dim.saturating_sub(8 * c).min(8) } else { 8 };
+        if r < warp_rows && row < seq.len_q && cols > 0 {
             // SAFETY: inside the Q tile.
             let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };
             let dst = p.o + 2 * (seq.offset(&p.o_strides, seq.q_start, row, h) + 8 * c as u64);
-            // SAFETY: row < len_q, chunk c < D/8: inside O, 16-byte aligned (host checks).
-            unsafe { super::arch::global::store_u32x4(dst, v) };
+            // SAFETY: row < len_q, the chunk's first `cols` elements are inside O's row (16-byte
+            // aligned rows: host checks).
+            unsafe {
+                if cols == 8 {
+                    super::arch::global::store_u32x4(dst, v)
+                } else {
+                    super::arch::global::store_b16_prefix(dst, v, cols)
+                }
+            };
         }
     }
 }
@@ -419,20 +489,27 @@ unsafe fn flash_fwd_mma<
 /// One exported entry per instance of [`crate::for_each_mma_instance!`] and element type; its
 /// name is [`crate::mma_kernel_name!`]'s, which is also the host's.
 macro_rules! mma_entries {
-    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal))*) => {
-        $( mma_entries!(@one F16, "f16", $d, $m, $n, $w, $b, $v);
-           mma_entries!(@one Bf16, "bf16", $d, $m, $n, $w, $b, $v); )*
+    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt))*) => {
+        $( mma_entries!(@one F16, "f16", $d, $m, $n, $w, $b, $v, $p);
+           mma_entries!(@one Bf16, "bf16", $d, $m, $n, $w, $b, $v, $p); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt) => {
         const _: () = {
             /// Tensor-core flash-attention forward kernel (see the module docs).
             ///
             /// # Safety
             /// See [`flash_fwd_mma`].
-            #[unsafe(export_name = crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v))]
+            #[unsafe(export_name = crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v, $p))]
             pub unsafe extern "ptx-kernel" fn entry(p: AttnParams) {
-                const C: MmaConfig =
-                    MmaConfig { head_dim: $d, block_m: $m, block_n: $n, warps: $w, min_blocks: $b, v_stages: $v };
+                const C: MmaConfig = MmaConfig {
+                    head_dim: $d,
+                    block_m: $m,
+                    block_n: $n,
+                    warps: $w,
+                    min_blocks: $b,
+                    v_stages: $v,
+                    pad: $p,
+                };
                 const MI: usize = (C.block_m / (16 * C.warps)) as usize;
                 const KQ: usize = if C.q_in_registers() { (C.head_dim / 16) as usize } else { 1 };
                 // SAFETY: forwarded contract.
@@ -440,6 +517,8 @@ macro_rules! mma_entries {
                     flash_fwd_mma::<
                         $elem,
                         { C.head_dim as usize },
+                        { C.pitch() as usize },
+                        { C.pad == 1 },
                         { C.block_m as usize },
                         { C.block_n as usize },
                         { C.warps as usize },

@@ -3,18 +3,18 @@
 
 use core::arch::asm;
 
-/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies 16 bytes, or writes 16 zero
-/// bytes when `valid` is false (then nothing is read from `src`, which must still be a valid
-/// address: pass the tensor's base).
+/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies `src_bytes` (0..=16) bytes
+/// and writes zeros to the rest of the 16 (with 0, nothing is read from `src`, which must still
+/// be a valid address: pass the tensor's base).
 ///
 /// # Safety
-/// `dst` 16-byte aligned inside the block's shared memory; `src` 16-byte aligned global memory.
+/// `dst` 16-byte aligned inside the block's shared memory; `src` 16-byte aligned global memory
+/// with `src_bytes` readable bytes.
 #[inline(always)]
-pub unsafe fn copy16(dst: u32, src: u64, valid: bool) {
-    let n: u32 = if valid { 16 } else { 0 };
+pub unsafe fn copy16(dst: u32, src: u64, src_bytes: u32) {
     // SAFETY: caller's contract.
     unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) n)
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes)
     };
 }
 
