@@ -98,9 +98,12 @@ impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reason::DType { dtype } => write!(f, "{dtype} (it runs f16 and bf16)"),
-            Reason::HeadDim { head_dim, supported } => {
-                write!(f, "head dim {head_dim} (it runs head dims {supported:?})")
-            }
+            Reason::HeadDim { head_dim, supported } => write!(
+                f,
+                "head dim {head_dim} (it runs head dims that are multiples of 8 up to {}, padded up to one of \
+                 {supported:?})",
+                supported.last().copied().unwrap_or(0)
+            ),
             Reason::Alignment { tensor, strides, multiple_of } => write!(
                 f,
                 "{tensor}'s strides {strides:?}: strides of dimensions longer than 1 must be multiples of \
@@ -426,6 +429,7 @@ fn plan_mma(
     let d = problem.head_dim();
     let default = mma_default(d as u32, problem.causal(), problem.max_lens().0).ok_or_else(|| {
         let mut supported: Vec<u32> = MMA_CONFIGS.iter().map(|c| c.head_dim).collect();
+        supported.sort_unstable();
         supported.dedup();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;

@@ -27,10 +27,10 @@ pub struct MmaConfig {
     /// V buffers in shared memory: 1 (`V_j` streams in while `S_j` is computed), or 2 (`V_{j+1}`
     /// streams in during the whole of iteration `j`, at the cost of one more V tile).
     pub v_stages: u32,
-    /// 1: a padded instance, for any head dim `d ≤ head_dim` (columns at or past `d` are zero in
-    /// shared memory, never read from or written to device memory; a last partial 16-byte chunk
-    /// is copied and stored element by element). 0: an exact instance, for `d == head_dim` only,
-    /// with none of that logic (the tuned kernels of the headline head dims).
+    /// 1: a padded instance, for any head dim `d ≤ head_dim` that is a multiple of 8 (columns at
+    /// or past `d` are zero in shared memory, never read from or written to device memory). 0: an
+    /// exact instance, for `d == head_dim` only, with none of that logic (the tuned kernels of
+    /// the headline head dims).
     pub pad: u32,
 }
 
@@ -70,7 +70,7 @@ impl MmaConfig {
 
     /// Whether this instance runs a problem of head dim `d`.
     pub const fn runs(&self, d: u32) -> bool {
-        if self.pad == 1 { d <= self.head_dim } else { d == self.head_dim }
+        if self.pad == 1 { d <= self.head_dim && d % 8 == 0 } else { d == self.head_dim }
     }
 
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
@@ -245,11 +245,13 @@ mod tests {
         // Other head dims run on padded instances of the next instantiated head dim.
         let pad = |d: u32| MMA_CONFIGS[mma_default(d, false, 1).unwrap()];
         for (d, inst) in
-            [(1, 32), (32, 32), (40, 64), (59, 64), (80, 96), (96, 96), (111, 128), (200, 224), (250, 256)]
+            [(8, 32), (32, 32), (40, 64), (56, 64), (80, 96), (96, 96), (112, 128), (200, 224), (248, 256)]
         {
             assert_eq!((pad(d).head_dim, pad(d).pad), (inst, 1), "d = {d}");
         }
         assert_eq!(mma_default(257, false, 1), None);
+        // Head dims that are not multiples of 8 have no tensor-core instance.
+        assert_eq!(mma_default(59, false, 1), None);
         assert_eq!(pad(96).pitch(), 128);
         assert_eq!(pad(160).pitch(), 256);
         // The tile override names each configuration of a head dim uniquely.

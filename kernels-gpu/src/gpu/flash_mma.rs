@@ -69,8 +69,8 @@ impl FragRows {
 
 /// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
 /// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. With `PAD`, so are
-/// the columns at or past the head dim `d`, which are never read (a last, partial chunk reads
-/// only its `d mod 8` elements); without it the tile row is the head dim. Every thread of the block takes part, with
+/// the columns at or past the head dim `d` (a multiple of 8), which are never read; without it
+/// the tile row is the head dim. Every thread of the block takes part, with
 /// a compile-time number of copies: thread `tid` always copies chunk `tid % chunks` of rows
 /// `tid / chunks + k·(THREADS / chunks)`, so its source address is one 64-bit base plus a fixed
 /// step per copy.
@@ -94,16 +94,17 @@ unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, co
     // operations) rather than hoisted out of the key loop into registers.
     let tid = thread_x_opaque() as usize;
     let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
-    // Bytes of this thread's chunk inside the head dim: 16, fewer for a last partial chunk, or 0.
-    let bytes = if PAD { (2 * d).saturating_sub(16 * c).min(16) } else { 16 };
+    // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (padded instances run
+    // head dims that are multiples of 8, so no chunk is partial).
+    let bytes = if !PAD || c < d / 8 { 16 } else { 0 };
     let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
     let step = 2 * strides[1] * rows_per_pass as u64;
     for k in 0..ROWS / rows_per_pass {
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };
         let addr = if n > 0 { base + k as u64 * step } else { src };
-        // SAFETY: inside the tile; the `n` source bytes are in the tensor (host validation and
-        // alignment checks), or nothing is read.
+        // SAFETY: inside the tile; the `n` source bytes (0 or 16) are in the tensor (host
+        // validation and alignment checks), or nothing is read.
         unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
     }
 }
@@ -467,21 +468,14 @@ unsafe fn flash_fwd_mma<
         let i = lane + 32 * k as u32;
         let (r, c) = (i / chunks, i % chunks);
         let row = m0 + warp_row0 + r;
-        // Elements of chunk c inside the head dim: 8, fewer for a last partial chunk, or none.
-        let cols = if PAD { p.head_dim.saturating_sub(8 * c).min(8) } else { 8 };
-        if r < warp_rows && row < seq.len_q && cols > 0 {
+        // Chunks past the head dim (padded instances) are not stored.
+        let inside = !PAD || c < p.head_dim / 8;
+        if r < warp_rows && row < seq.len_q && inside {
             // SAFETY: inside the Q tile.
             let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };
             let dst = p.o + 2 * (seq.offset(&p.o_strides, seq.q_start, row, h) + 8 * c as u64);
-            // SAFETY: row < len_q, the chunk's first `cols` elements are inside O's row (16-byte
-            // aligned rows: host checks).
-            unsafe {
-                if cols == 8 {
-                    super::arch::global::store_u32x4(dst, v)
-                } else {
-                    super::arch::global::store_b16_prefix(dst, v, cols)
-                }
-            };
+            // SAFETY: row < len_q, chunk c < d/8: inside O, 16-byte aligned (host checks).
+            unsafe { super::arch::global::store_u32x4(dst, v) };
         }
     }
 }

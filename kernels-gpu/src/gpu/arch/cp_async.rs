@@ -3,9 +3,10 @@
 
 use core::arch::asm;
 
-/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies `src_bytes` (0..=16) bytes
-/// and writes zeros to the rest of the 16 (with 0, nothing is read from `src`, which must still
-/// be a valid address: pass the tensor's base).
+/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies 16 bytes (`src_bytes` = 16),
+/// or writes 16 zero bytes (`src_bytes` = 0; then nothing is read from `src`, which must still be
+/// a valid address: pass the tensor's base). Other counts are legal PTX, but compute-sanitizer
+/// counts them as 16-byte reads (seen on the H200), so the kernels use only these two.
 ///
 /// # Safety
 /// `dst` 16-byte aligned inside the block's shared memory; `src` 16-byte aligned global memory

@@ -131,20 +131,3 @@ pub unsafe fn store_u32x4(addr: u64, v: [u32; 4]) {
              a = in(reg64) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3])
     };
 }
-
-/// Writes the first `n` (< 8) 16-bit elements of a 16-byte chunk `v` to `addr` (a row's last,
-/// partial chunk when the head dim is not a multiple of 8).
-///
-/// # Safety
-/// `addr` must be a valid, 2-byte aligned, writable global address of `n` elements.
-#[inline(always)]
-pub unsafe fn store_b16_prefix(addr: u64, v: [u32; 4], n: u32) {
-    for i in 0..8u32 {
-        if i < n {
-            let word = v[(i / 2) as usize];
-            let h = if i % 2 == 0 { word as u16 } else { (word >> 16) as u16 };
-            // SAFETY: element i < n of the caller's range.
-            unsafe { store_b16(addr + 2 * i as u64, h) };
-        }
-    }
-}
