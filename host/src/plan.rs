@@ -381,12 +381,14 @@ fn offsets_bytes(problem: &Problem) -> u64 {
 
 fn flash_plan(
     method: Method,
+    props: &DeviceProps,
     problem: &Problem,
-    kernel: KernelId,
+    family: Family,
     (block_m, block_n): (u32, u32),
     threads: u32,
     shared_bytes: u32,
 ) -> Result<Plan, InvalidInput> {
+    let kernel = kernel_on(method, props, family)?;
     let grid = flash_grid(method, problem, block_m)?;
     let launch = Launch {
         kind: LaunchKind::Kernel(kernel.name()),
@@ -465,15 +467,9 @@ fn plan_mma(
     if config.shared_bytes() > limit {
         return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
     }
-    let kernel = kernel_on(method, props, Family::FlashMma(elem(dtype), index))?;
-    flash_plan(
-        method,
-        problem,
-        kernel,
-        (config.block_m, config.block_n),
-        config.threads(),
-        config.shared_bytes(),
-    )
+    let family = Family::FlashMma(elem(dtype), index);
+    let tiles = (config.block_m, config.block_n);
+    flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes())
 }
 
 fn plan_simt(
@@ -516,15 +512,9 @@ fn plan_simt(
             tile_error(method, tiles, reason)
         });
     }
-    let kernel = kernel_on(method, props, Family::FlashSimt(elem(dtype), config.padded_dim))?;
-    flash_plan(
-        method,
-        problem,
-        kernel,
-        (config.block_m, config.block_n),
-        config.threads(),
-        config.shared_bytes(),
-    )
+    let family = Family::FlashSimt(elem(dtype), config.padded_dim);
+    let tiles = (config.block_m, config.block_n);
+    flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes())
 }
 
 /// The leading dimension cuBLAS sees for a tensor's rows (its token stride; for a single token
