@@ -14,6 +14,7 @@ fn main() -> Result<(), flashattn::Error> {
             (128, DType::BF16, Method::Auto),
             (96, DType::BF16, Method::Auto),
             (64, DType::F32, Method::Auto),
+            (59, DType::BF16, Method::Auto),
             (128, DType::F16, Method::Standard),
         ] {
             let q = Layout::bshd(2, 1000, 8, d);
