@@ -67,6 +67,65 @@ impl FragRows {
     }
 }
 
+/// One head's rows of a 16-bit tensor, as a block's sequence sees them: the tensor, its
+/// strides, where the sequence's tokens start in it, the head, how many rows (tokens) the
+/// sequence has, and how many elements of a row are real (the head dim). Built at each use from
+/// the launch parameters (which stay in the parameter bank, not in registers).
+#[derive(Clone, Copy)]
+struct HeadRows<'a> {
+    src: u64,
+    seq: &'a SeqView,
+    strides: &'a [u64; 3],
+    start: u64,
+    head: u32,
+    len: u32,
+    dim: u32,
+}
+
+impl<'a> HeadRows<'a> {
+    /// Head `head` of Q (or O's rows: the same tokens).
+    #[inline(always)]
+    fn queries(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.q,
+            seq,
+            strides: &p.q_strides,
+            start: seq.q_start,
+            head,
+            len: seq.len_q,
+            dim: p.head_dim,
+        }
+    }
+
+    /// Key/value head `head` of K.
+    #[inline(always)]
+    fn keys(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.k,
+            seq,
+            strides: &p.k_strides,
+            start: seq.k_start,
+            head,
+            len: seq.len_k,
+            dim: p.head_dim,
+        }
+    }
+
+    /// Key/value head `head` of V.
+    #[inline(always)]
+    fn values(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.v,
+            seq,
+            strides: &p.v_strides,
+            start: seq.k_start,
+            head,
+            len: seq.len_k,
+            dim: p.head_dim,
+        }
+    }
+}
+
 /// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
 /// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. With `PAD`, so are
 /// the columns at or past the head dim `d` (a multiple of 8), which are never read; without it
@@ -78,15 +137,10 @@ impl FragRows {
 #[allow(clippy::too_many_arguments)]
 unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: bool>(
     tile: u32,
-    src: u64,
-    seq: &SeqView,
-    strides: &[u64; 3],
-    start: u64,
-    h: u32,
+    rows: HeadRows<'_>,
     row0: u32,
-    len: u32,
-    d: u32,
 ) {
+    let HeadRows { src, seq, strides, start, head: h, len, dim: d } = rows;
     let chunks = PD / 8;
     let rows_per_pass = THREADS / chunks;
     const { assert!(THREADS % (PD / 8) == 0 && ROWS % (THREADS / (PD / 8)) == 0) };
@@ -173,42 +227,12 @@ unsafe fn flash_fwd_mma<
     // Q and the first K tile.
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
-        load_tile::<BM, PD, T, PAD>(
-            q_tile,
-            p.q,
-            &seq,
-            &p.q_strides,
-            seq.q_start,
-            h,
-            m0,
-            seq.len_q,
-            p.head_dim,
-        );
+        load_tile::<BM, PD, T, PAD>(q_tile, HeadRows::queries(p, &seq, h), m0);
         if n_tiles > 0 {
-            load_tile::<BN, PD, T, PAD>(
-                k_tile,
-                p.k,
-                &seq,
-                &p.k_strides,
-                seq.k_start,
-                kv_h,
-                0,
-                seq.len_k,
-                p.head_dim,
-            );
+            load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), 0);
             if VS == 2 {
                 let v_tile = k_tile + 2 * (BN * PD) as u32;
-                load_tile::<BN, PD, T, PAD>(
-                    v_tile,
-                    p.v,
-                    &seq,
-                    &p.v_strides,
-                    seq.k_start,
-                    kv_h,
-                    0,
-                    seq.len_k,
-                    p.head_dim,
-                );
+                load_tile::<BN, PD, T, PAD>(v_tile, HeadRows::values(p, &seq, kv_h), 0);
             }
         }
     }
@@ -254,19 +278,7 @@ unsafe fn flash_fwd_mma<
         }
         if VS == 1 {
             // SAFETY: as above.
-            unsafe {
-                load_tile::<BN, PD, T, PAD>(
-                    v_tile(j),
-                    p.v,
-                    &seq,
-                    &p.v_strides,
-                    seq.k_start,
-                    kv_h,
-                    n0,
-                    seq.len_k,
-                    p.head_dim,
-                )
-            };
+            unsafe { load_tile::<BN, PD, T, PAD>(v_tile(j), HeadRows::values(p, &seq, kv_h), n0) };
             cp_async::commit();
         }
 
@@ -303,29 +315,9 @@ unsafe fn flash_fwd_mma<
             let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
-                load_tile::<BN, PD, T, PAD>(
-                    k_tile,
-                    p.k,
-                    &seq,
-                    &p.k_strides,
-                    seq.k_start,
-                    kv_h,
-                    next,
-                    seq.len_k,
-                    p.head_dim,
-                );
+                load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), next);
                 if VS == 2 {
-                    load_tile::<BN, PD, T, PAD>(
-                        v_tile(j + 1),
-                        p.v,
-                        &seq,
-                        &p.v_strides,
-                        seq.k_start,
-                        kv_h,
-                        next,
-                        seq.len_k,
-                        p.head_dim,
-                    );
+                    load_tile::<BN, PD, T, PAD>(v_tile(j + 1), HeadRows::values(p, &seq, kv_h), next);
                 }
             }
         }
@@ -410,13 +402,7 @@ unsafe fn flash_fwd_mma<
         for ks in 0..BN / 16 {
             let mut a = [[0u32; 4]; MI];
             for (mi, am) in a.iter_mut().enumerate() {
-                let (lo, hi) = (&s[mi][2 * ks], &s[mi][2 * ks + 1]);
-                *am = [
-                    E::pack(lo[0], lo[1]),
-                    E::pack(lo[2], lo[3]),
-                    E::pack(hi[0], hi[1]),
-                    E::pack(hi[2], hi[3]),
-                ];
+                *am = E::acc_to_a(&s[mi][2 * ks], &s[mi][2 * ks + 1]);
             }
             for dp in 0..DT / 2 {
                 // SAFETY: inside the V tile.

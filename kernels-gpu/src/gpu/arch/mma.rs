@@ -18,6 +18,21 @@ pub trait MmaElement {
     fn mma(d: &mut [f32; 4], a: &[u32; 4], b0: u32, b1: u32);
     /// Packs two f32 into one register of this type (`lo` in the low half), rounding to nearest.
     fn pack(lo: f32, hi: f32) -> u32;
+
+    /// The accumulator-to-operand repack: two C/D tiles (16×8 each, f32: columns 0–7 and 8–15
+    /// of a 16×16 block) become the A operand of the next product (16×16, this type), in
+    /// registers. Lane `l` holds C elements (row g, cols 2t, 2t+1) and (row g+8, …) of each tile,
+    /// which is exactly A's `a0`/`a1` (first tile) and `a2`/`a3` (second) once rounded and packed
+    /// in pairs: no shuffle is needed. (P = softmax(S) reuses S's accumulators this way.)
+    #[inline(always)]
+    fn acc_to_a(lo: &[f32; 4], hi: &[f32; 4]) -> [u32; 4] {
+        [
+            Self::pack(lo[0], lo[1]),
+            Self::pack(lo[2], lo[3]),
+            Self::pack(hi[0], hi[1]),
+            Self::pack(hi[2], hi[3]),
+        ]
+    }
 }
 
 /// bfloat16 operands.
