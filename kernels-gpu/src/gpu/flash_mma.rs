@@ -27,7 +27,7 @@ use super::sequence::SeqView;
 use crate::config::MmaConfig;
 use crate::mask;
 use crate::math::{exp2, fma};
-use crate::params::{AttnParams, lse_index};
+use crate::params::AttnParams;
 use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
@@ -435,14 +435,7 @@ unsafe fn flash_fwd_mma<
             }
             let row = m0 + local;
             if t4 == 0 && p.lse != 0 && row < seq.len_q {
-                let idx = lse_index(
-                    seq.batch,
-                    p.heads_q as u64,
-                    h as u64,
-                    p.lse_seq_stride as u64,
-                    seq.q_start,
-                    row as u64,
-                );
+                let idx = seq.lse_index(p, h, row);
                 // SAFETY: inside the log-sum-exp output (host sizing).
                 unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
             }

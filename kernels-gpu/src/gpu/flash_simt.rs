@@ -19,7 +19,7 @@ use super::arch::thread::{block_dim_x, block_x, block_y, block_z, sync_threads, 
 use super::sequence::SeqView;
 use crate::mask;
 use crate::math::fma;
-use crate::params::{AttnParams, SIMT_KEY_CHUNK, SIMT_ROW_PAD, SIMT_THREADS_PER_ROW, lse_index};
+use crate::params::{AttnParams, SIMT_KEY_CHUNK, SIMT_ROW_PAD, SIMT_THREADS_PER_ROW};
 use crate::softmax::OnlineSoftmax;
 
 const TPR: u32 = SIMT_THREADS_PER_ROW;
@@ -230,14 +230,7 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
             g += 1;
         }
         if sub == 0 && p.lse != 0 {
-            let idx = lse_index(
-                seq.batch,
-                p.heads_q as u64,
-                h as u64,
-                p.lse_seq_stride as u64,
-                seq.q_start,
-                t as u64,
-            );
+            let idx = seq.lse_index(p, h, t);
             // SAFETY: inside the log-sum-exp output (host sizing).
             unsafe { store_f32(p.lse + 4 * idx, res.lse) };
         }

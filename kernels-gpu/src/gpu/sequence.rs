@@ -1,7 +1,7 @@
 //! Where a block's sequence lives: its tokens in the (possibly packed) Q/K/V/O tensors.
 
 use super::arch::global::load_u32;
-use crate::params::AttnParams;
+use crate::params::{AttnParams, lse_index};
 
 /// One sequence's place in the tensors, as a block of the grid's `z` index sees it.
 #[derive(Clone, Copy)]
@@ -42,5 +42,12 @@ impl SeqView {
     #[inline(always)]
     pub fn offset(&self, strides: &[u64; 3], start: u64, t: u32, h: u32) -> u64 {
         self.batch * strides[0] + (start + t as u64) * strides[1] + h as u64 * strides[2]
+    }
+
+    /// Index of the log-sum-exp of this sequence's query `t`, head `h`
+    /// ([`crate::params::lse_index`]).
+    #[inline(always)]
+    pub fn lse_index(&self, p: &AttnParams, h: u32, t: u32) -> u64 {
+        lse_index(self.batch, p.heads_q as u64, h as u64, p.lse_seq_stride as u64, self.q_start, t as u64)
     }
 }
