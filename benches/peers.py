@@ -2,9 +2,9 @@
 """PyTorch peers for flashattn-bench: the same shapes through each attention backend of torch.
 
 Reads the shapes file that `flashattn-bench run --peers` writes (a JSON list of
-{key, group, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, mask, causal, flops}) and appends
-JSON lines in flashattn-bench's record format to --out: one `meta` line, then one `row` per shape
-and backend, flushed as measured.
+{key, group, dtype, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, mask, causal, flops,
+kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
+then one `row` per shape and backend, flushed as measured.
 
 Backends: torch.nn.functional.scaled_dot_product_attention pinned with
 torch.nn.attention.sdpa_kernel to FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION and MATH,
@@ -12,6 +12,13 @@ plus `naive` (softmax(Q·Kᵀ·scale)·V with the N×N scores materialized). Inp
 (B, H, N, d) layout; causal rows use is_causal=True (top-left aligned, so the shapes file holds
 causal shapes only with Nq == Nk). Timing: triton.testing.do_bench (median, p10, p90; it clears L2
 before each call), or CUDA events with an L2 flush when triton is missing.
+
+Grouped-query attention (kv_heads < heads): K and V have kv_heads heads, query head h uses K/V head
+h // (heads // kv_heads). The SDPA backends get enable_gqa=True (torch >= 2.5; a backend without
+GQA support is recorded `unsupported`, as for any shape it cannot run); on a torch whose SDPA
+raises TypeError for enable_gqa, K and V are expanded with repeat_interleave inside the timed call
+instead and the row says "gqa": "repeat". `naive` broadcasts each K/V head over its query heads.
+Decode rows (seqlen_q == 1) also carry kv_tb_s: the bytes of K and V over the median time, TB/s.
 
 Needs only python3, torch and (optionally) triton. Exit status: 0 ok, 2 bad arguments, 3 torch or
 CUDA unavailable.
@@ -100,6 +107,25 @@ def main():
     timer = "triton.do_bench" if do_bench else "cuda-events"
     flush_buf = None
 
+    def probe_enable_gqa():
+        """Whether SDPA takes enable_gqa (torch >= 2.5): a TypeError says it does not."""
+        qp = torch.zeros((1, 2, 1, 8), device=dev)
+        kp = torch.zeros((1, 1, 1, 8), device=dev)
+        try:
+            with sdpa_kernel([SDPBackend.MATH]):
+                F.scaled_dot_product_attention(qp, kp, kp, enable_gqa=True)
+            return True
+        except TypeError:
+            return False
+        except Exception as e:  # anything else: assume the keyword exists, let each row say
+            log(f"enable_gqa probe: {type(e).__name__}: {e}")
+            return True
+
+    any_gqa = any(s.get("kv_heads", s["heads"]) != s["heads"] for s in shapes)
+    native_gqa = probe_enable_gqa() if any_gqa else None
+    if native_gqa is False:
+        log(f"torch {torch.__version__} has no enable_gqa: GQA shapes repeat K and V inside the timed call")
+
     def bench(fn):
         """(median, p10, p90, samples) in ms."""
         nonlocal flush_buf
@@ -163,6 +189,7 @@ def main():
         "triton": triton_version,
         "cudnn": cudnn,
         "timer": timer,
+        "enable_gqa": native_gqa,
         "warmup_ms": args.warmup_ms,
         "rep_ms": args.rep_ms,
     })
@@ -174,13 +201,22 @@ def main():
     for s in shapes:
         dtype = dtypes.get(s["dtype"])
         B, H, Nq, Nk, d = s["batch"], s["heads"], s["seqlen_q"], s["seqlen_k"], s["head_dim"]
+        KV = s.get("kv_heads", H)
         causal = bool(s["causal"])
         base = {
             "kind": "row", "backend": "peer", "run_id": args.run_id, "device": device_name,
             "commit": args.commit, "key": s["key"], "group": s.get("group", ""), "dtype": s["dtype"],
-            "batch": B, "heads": H, "seqlen_q": Nq, "seqlen_k": Nk, "head_dim": d, "mask": s["mask"],
-            "flops": s["flops"], "status": "ok",
+            "batch": B, "heads": H, "kv_heads": KV, "seqlen_q": Nq, "seqlen_k": Nk, "head_dim": d,
+            "mask": s["mask"], "flops": s["flops"], "status": "ok",
         }
+        if KV != H and (KV <= 0 or H % KV != 0):
+            for b in wanted:
+                write(dict(base, method="torch-" + b, status="invalid",
+                           message=f"{H} query heads are not a multiple of {KV} K/V heads"))
+            continue
+        group = H // KV
+        if group > 1:
+            base["gqa"] = "native" if native_gqa else "repeat"
         if dtype is None:
             for b in wanted:
                 write(dict(base, method="torch-" + b, status="unsupported", message=f"dtype {s['dtype']}"))
@@ -188,8 +224,8 @@ def main():
         try:
             gen = torch.Generator(device=dev).manual_seed(zlib.crc32(s["key"].encode()))
             q = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen)
-            k = torch.randn((B, H, Nk, d), dtype=dtype, device=dev, generator=gen)
-            v = torch.randn((B, H, Nk, d), dtype=dtype, device=dev, generator=gen)
+            k = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
+            v = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
         except torch.cuda.OutOfMemoryError as e:
             for b in wanted:
                 write(dict(base, method="torch-" + b, status="oom", message=f"inputs: {e}"[:500]))
@@ -197,6 +233,7 @@ def main():
             continue
         scale = 1.0 / math.sqrt(d)
         out_bytes = B * H * Nq * d * q.element_size()
+        kv_bytes = s.get("kv_bytes") or 2 * B * KV * Nk * d * q.element_size()
         ref = None
         if Nq * Nk <= args.ref_max_pairs:
             with sdpa_kernel([SDPBackend.MATH]):
@@ -204,19 +241,30 @@ def main():
                     q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
 
         def naive():
-            sc = torch.matmul(q, k.transpose(-2, -1)) * scale
+            # Grouped: (B, KV, group, Nq, d) queries against (B, KV, 1, Nk, d) keys, broadcast.
+            qg = q.view(B, KV, group, Nq, d)
+            sc = torch.matmul(qg, k.unsqueeze(2).transpose(-2, -1)) * scale
             if causal:
                 keep = torch.ones((Nq, Nk), dtype=torch.bool, device=dev).tril(diagonal=Nk - Nq)
                 sc = sc.masked_fill(~keep, float("-inf"))
-            return torch.matmul(torch.softmax(sc, dim=-1), v)
+            return torch.matmul(torch.softmax(sc, dim=-1), v.unsqueeze(2)).view(B, H, Nq, d)
+
+        if group == 1:
+            sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        elif native_gqa:
+            sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        else:
+            sdpa = lambda: F.scaled_dot_product_attention(
+                q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal)
 
         for b in wanted:
             row = dict(base, method="torch-" + b)
             if b == "naive":
                 fn, ctx = naive, contextlib.nullcontext()
+                if group > 1:
+                    row["gqa"] = "broadcast"
             else:
-                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                ctx = sdpa_kernel([sdpa_backends[b]])
+                fn, ctx = sdpa, sdpa_kernel([sdpa_backends[b]])
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
@@ -242,12 +290,15 @@ def main():
                         timing["samples"] = n
                     row["timing"] = timing
                     row["tflops"] = s["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
+                    if Nq == 1 and med > 0:
+                        row["kv_tb_s"] = kv_bytes / (med * 1e-3) / 1e12
                 except torch.cuda.OutOfMemoryError as e:
                     row.update(status="oom", message=str(e).split("\n")[0][:500])
                 except RuntimeError as e:
                     why = "; ".join(str(w.message).split("\n")[0] for w in caught[:3])
                     msg = (str(e).split("\n")[0] + (f" ({why})" if why else ""))[:500]
-                    unsupported = "No available kernel" in str(e) or "not supported" in str(e).lower()
+                    refusals = ("No available kernel", "No viable backend")
+                    unsupported = any(m in str(e) for m in refusals) or "not supported" in str(e).lower()
                     row.update(status="unsupported" if unsupported else "error", message=msg)
                 except Exception as e:  # keep going whatever one backend does
                     row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
@@ -262,6 +313,8 @@ def main():
             done += 1
             tf = row.get("tflops")
             what = f"{tf:.1f} TFLOP/s" if isinstance(tf, float) else row["status"]
+            if isinstance(row.get("kv_tb_s"), float):
+                what += f", K/V {row['kv_tb_s']:.2f} TB/s"
             log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: {what}")
         del q, k, v, ref
         torch.cuda.empty_cache()

@@ -11,6 +11,9 @@ use crate::stats::Summary;
 
 /// Bandwidth of the reference H200 (h200-peers.md), TB/s.
 pub const H200_BANDWIDTH_TBS: f64 = 4.3;
+/// HBM3e bandwidth of the H200 by NVIDIA's datasheet, TB/s (what decode rows are also compared
+/// with: the measured copy bandwidth is the achievable one).
+pub const H200_DATASHEET_TBS: f64 = 4.8;
 /// bf16 matmul throughput of the reference H200, TFLOP/s.
 pub const H200_TFLOPS: f64 = 790.0;
 /// Bytes copied per device-to-device copy (read once and written once).

@@ -22,6 +22,8 @@ use crate::shapes::{Case, DTypeArg, Mask, Overrides, Preset, Shape, Size, TileSp
         flashattn-bench run --seqlens 1024,4096 --head-dims 64 --tokens 16384 --hidden 2048 --mask none,causal --dtype bf16\n  \
         flashattn-bench run --preset headline --methods flash --tiles 32x64,64x64,64x128\n  \
         flashattn-bench run --seqlens 4096,16384 --seqlen-q 1 --batch 16 --heads 16 --mask none\n  \
+        flashattn-bench run --seqlens 4096,65536 --seqlen-q 1 --batch 16 --heads 32 --kv-heads 8 --mask none\n  \
+        flashattn-bench run --preset models --peers\n  \
         flashattn-bench report --in results/h200"
 )]
 pub struct Cli {
@@ -83,6 +85,10 @@ pub struct RunArgs {
     /// Fixed head count H (instead of H = hidden / d).
     #[arg(long, value_parser = positive, conflicts_with = "hidden")]
     pub heads: Option<usize>,
+    /// K/V heads (grouped-query attention; the query heads must be a multiple). Default: the
+    /// preset's (as many as the query heads, except in `models`).
+    #[arg(long, value_parser = positive)]
+    pub kv_heads: Option<usize>,
     /// Tokens per batch: B = TOKENS / N (the headline rule is 16384).
     #[arg(long, value_parser = positive)]
     pub tokens: Option<usize>,
@@ -192,6 +198,9 @@ pub struct OneArgs {
     /// Heads.
     #[arg(long, value_parser = positive)]
     pub heads: usize,
+    /// K/V heads (default: as many as the query heads).
+    #[arg(long, value_parser = positive)]
+    pub kv_heads: Option<usize>,
     /// Query length.
     #[arg(long, value_parser = positive)]
     pub seqlen_q: usize,
@@ -222,6 +231,7 @@ impl OneArgs {
             dtype: self.dtype.into(),
             batch: self.batch,
             heads: self.heads,
+            kv_heads: self.kv_heads.unwrap_or(self.heads),
             seqlen_q: self.seqlen_q,
             seqlen_k: self.seqlen_k,
             head_dim: self.head_dim,
@@ -245,6 +255,8 @@ impl OneArgs {
             &shape.batch.to_string(),
             "--heads",
             &shape.heads.to_string(),
+            "--kv-heads",
+            &shape.kv_heads.to_string(),
             "--seqlen-q",
             &shape.seqlen_q.to_string(),
             "--seqlen-k",
@@ -333,6 +345,7 @@ impl RunArgs {
             head_dims: self.head_dims.clone(),
             batch: self.batch.map(Size::Fixed).or(self.tokens.map(Size::Per)),
             heads: self.heads.map(Size::Fixed).or(self.hidden.map(Size::Per)),
+            kv_heads: self.kv_heads,
             masks: self.mask.clone(),
             dtypes: self.dtype.as_ref().map(|v| v.iter().map(|&d| d.into()).collect()),
             seqlen_q: self.seqlen_q,
@@ -445,6 +458,15 @@ mod tests {
         let cases = r.cases().unwrap();
         assert!(cases.iter().all(|c| c.shape.batch == 2 && c.shape.heads == 4 && c.shape.seqlen_k == 64));
         assert_eq!(cases.len(), 8);
+        let r = run_args(&["--seqlens", "64", "--heads", "8", "--kv-heads", "2", "--mask", "none"]);
+        let cases = r.cases().unwrap();
+        assert!(cases.iter().all(|c| c.shape.heads == 8 && c.shape.kv_heads == 2), "{cases:?}");
+        assert!(cases.iter().any(|c| c.shape.key() == "bf16/B256/H8/KV2/N64x64/d128/none"));
+        let e = run_args(&["--heads", "6", "--kv-heads", "4"]).cases().unwrap_err();
+        assert!(e.contains("not a multiple"), "{e}");
+        let r = run_args(&["--preset", "models"]);
+        assert_eq!(r.preset, Preset::Models);
+        assert!(r.cases().unwrap().iter().any(|c| c.group == "llama3-8b-decode"));
     }
 
     #[test]
@@ -452,7 +474,8 @@ mod tests {
         let shape = Shape {
             dtype: DType::F16,
             batch: 2,
-            heads: 3,
+            heads: 4,
+            kv_heads: 2,
             seqlen_q: 5,
             seqlen_k: 7,
             head_dim: 96,

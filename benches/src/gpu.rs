@@ -90,6 +90,7 @@ pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
         dtype: s.dtype.name().to_string(),
         batch: s.batch,
         heads: s.heads,
+        kv_heads: s.kv_heads,
         seqlen_q: s.seqlen_q,
         seqlen_k: s.seqlen_k,
         head_dim: s.head_dim,

@@ -4,11 +4,13 @@
 //! FLOPs: `4·B·H·Nq·Nk·d` (two matrix products of `2·Nq·Nk·d` each), halved under the causal
 //! mask, summed over the ragged sequences for varlen: [`flashattn::Problem::flops`].
 //!
-//! Bytes (every tensor in its storage type, the log-sum-exp in f32):
+//! Bytes (every tensor in its storage type, the log-sum-exp in f32; Q, O and the LSE have the
+//! query heads, K and V the K/V heads, fewer under grouped-query attention):
 //! - flash: Q read once, O and the LSE written once, K and V read once per query tile
 //!   (`ceil(Nq/block_m)` passes; under the causal mask a tile reads the keys up to its last row's
-//!   diagonal, rounded up to `block_n`). No reuse through L2 is assumed, so this is an upper bound
-//!   on DRAM traffic; Nsight Compute's measured bytes show how much L2 saves.
+//!   diagonal, rounded up to `block_n`), once per K/V head: the query heads of a group read the
+//!   same K/V head and are counted once. No other reuse through L2 is assumed, so this is an upper
+//!   bound on DRAM traffic; Nsight Compute's measured bytes show how much L2 saves.
 //! - standard: Q, K, V read once, S (f32) written and read, P (storage type) written and read,
 //!   O and the LSE written. The score GEMM is dense, so the causal mask saves no traffic.
 //! - compulsory: every input and output once: the floor any method pays.
@@ -18,7 +20,7 @@ use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, 
 use crate::shapes::{Shape, Variant};
 
 /// Q, K, V and O layouts of a shape: `(B, N, H, d)` in memory (or `(B, H, N, d)` when `bhsd`);
-/// packed `(total tokens, H, d)` for varlen.
+/// packed `(total tokens, H, d)` for varlen. K and V have the shape's K/V heads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layouts {
     /// Q.
@@ -33,17 +35,17 @@ impl Layouts {
     /// The layouts of `shape`; `bhsd` selects PyTorch's memory order (ignored for varlen, which is
     /// packed by tokens).
     pub fn new(shape: &Shape, bhsd: bool) -> Layouts {
-        let (b, h, d) = (shape.batch, shape.heads, shape.head_dim);
+        let (b, h, hkv, d) = (shape.batch, shape.heads, shape.kv_heads, shape.head_dim);
         if shape.mask.varlen() {
             let (q, k) = shape.lengths();
             let tq = q.iter().map(|&x| x as usize).sum();
             let tk = k.iter().map(|&x| x as usize).sum();
             let q = Layout::packed(tq, h, d);
-            return Layouts { q, k: Layout::packed(tk, h, d), o: q };
+            return Layouts { q, k: Layout::packed(tk, hkv, d), o: q };
         }
         let make = if bhsd { Layout::bhsd } else { Layout::bshd };
         let q = make(b, shape.seqlen_q, h, d);
-        Layouts { q, k: make(b, shape.seqlen_k, h, d), o: q }
+        Layouts { q, k: make(b, shape.seqlen_k, hkv, d), o: q }
     }
 
     /// Elements of Q (= O) and of K (= V).
@@ -100,6 +102,7 @@ pub fn compulsory_bytes(shape: &Shape) -> f64 {
 /// Modeled HBM bytes of the flash kernel with `block_m × block_n` tiles (see the module doc).
 pub fn flash_bytes(shape: &Shape, block_m: usize, block_n: usize) -> f64 {
     let (e, d, h) = (shape.dtype.size_bytes() as f64, shape.head_dim as f64, shape.heads as f64);
+    let hkv = shape.kv_heads as f64;
     let (block_m, block_n) = (block_m.max(1), block_n.max(1));
     let (qs, ks) = shape.lengths();
     let mut total = 0.0;
@@ -111,8 +114,8 @@ pub fn flash_bytes(shape: &Shape, block_m: usize, block_n: usize) -> f64 {
             let visible = if shape.mask.causal() { (last + 1 + nk).saturating_sub(nq).min(nk) } else { nk };
             kv_keys += (visible.div_ceil(block_n) * block_n).min(nk);
         }
-        // Q read, O written, LSE written; K and V per query tile.
-        total += h * (2.0 * nq as f64 * d * e + 4.0 * nq as f64 + 2.0 * kv_keys as f64 * d * e);
+        // Q read, O written, LSE written (query heads); K and V per query tile (K/V heads).
+        total += h * (2.0 * nq as f64 * d * e + 4.0 * nq as f64) + hkv * 2.0 * kv_keys as f64 * d * e;
     }
     total
 }
@@ -120,14 +123,15 @@ pub fn flash_bytes(shape: &Shape, block_m: usize, block_n: usize) -> f64 {
 /// Modeled HBM bytes of standard attention (see the module doc).
 pub fn standard_bytes(shape: &Shape) -> f64 {
     let (e, d, h) = (shape.dtype.size_bytes() as f64, shape.head_dim as f64, shape.heads as f64);
+    let hkv = shape.kv_heads as f64;
     let (qs, ks) = shape.lengths();
     let mut total = 0.0;
     for (&nq, &nk) in qs.iter().zip(&ks) {
         let (nq, nk) = (nq as f64, nk as f64);
-        let qkv_o = (2.0 * nq + 2.0 * nk) * d * e;
+        let q_o = 2.0 * nq * d * e;
         let s = 2.0 * 4.0 * nq * nk;
         let p = 2.0 * e * nq * nk;
-        total += h * (qkv_o + s + p + 4.0 * nq);
+        total += h * (q_o + s + p + 4.0 * nq) + hkv * 2.0 * nk * d * e;
     }
     total
 }
@@ -167,7 +171,16 @@ mod tests {
     use flashattn::DType;
 
     fn shape(mask: Mask, nq: usize, nk: usize) -> Shape {
-        Shape { dtype: DType::BF16, batch: 2, heads: 3, seqlen_q: nq, seqlen_k: nk, head_dim: 64, mask }
+        Shape {
+            dtype: DType::BF16,
+            batch: 2,
+            heads: 3,
+            kv_heads: 3,
+            seqlen_q: nq,
+            seqlen_k: nk,
+            head_dim: 64,
+            mask,
+        }
     }
 
     #[test]
@@ -211,8 +224,29 @@ mod tests {
     }
 
     #[test]
+    fn grouped_query_attention_counts_k_and_v_with_their_heads() {
+        // 4 query heads sharing 1 K/V head (d 64, bf16, B 2).
+        let g = Shape { heads: 4, kv_heads: 1, ..shape(Mask::Dense, 128, 512) };
+        let (b, h, hkv, nq, nk, d, e) = (2.0, 4.0, 1.0, 128.0, 512.0, 64.0, 2.0);
+        let l = Layouts::new(&g, false);
+        assert_eq!((l.q.heads, l.k.heads), (4, 1));
+        assert_eq!(l.lens(), (2 * 128 * 4 * 64, 2 * 512 * 64));
+        assert_eq!(Layouts::new(&g, true).k.heads, 1);
+        assert_eq!(Layouts::new(&Shape { mask: Mask::Varlen, ..g.clone() }, false).k.heads, 1);
+        let q_o_lse = b * h * (2.0 * nq * d * e + 4.0 * nq);
+        assert_eq!(io_bytes(&g) as f64, q_o_lse + b * hkv * 2.0 * nk * d * e);
+        assert_eq!(flash_bytes(&g, 64, 64), q_o_lse + b * hkv * 2.0 * 2.0 * nk * d * e);
+        let nxn = b * h * (8.0 * nq * nk + 2.0 * e * nq * nk);
+        assert_eq!(standard_bytes(&g), q_o_lse + nxn + b * hkv * 2.0 * nk * d * e);
+        // FLOPs follow the query heads; the library accepts the grouping.
+        assert_eq!(flops(&g), 4.0 * b * h * nq * nk * d);
+        assert!(problem(&g).is_ok());
+        assert!(problem(&Shape { kv_heads: 3, ..g }).is_err());
+    }
+
+    #[test]
     fn cpu_memory_models() {
-        let s = Shape { batch: 1, heads: 2, ..shape(Mask::Dense, 300, 200) };
+        let s = Shape { batch: 1, heads: 2, kv_heads: 2, ..shape(Mask::Dense, 300, 200) };
         assert_eq!(cpu_extra_bytes(&s, None), 4 * 2 * 300 * 200);
         // Q, K, V and accumulator tiles of 64 × d f32, a row of 64 scores, 64 softmax states.
         assert_eq!(cpu_extra_bytes(&s, Some((64, 64))), 4 * (4 * 64 * 64 + 64) + 64 * 8);

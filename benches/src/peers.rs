@@ -24,8 +24,10 @@ pub struct PeerShape {
     pub dtype: String,
     /// B.
     pub batch: usize,
-    /// H.
+    /// H (query heads).
     pub heads: usize,
+    /// K/V heads (a divisor of `heads`; fewer under grouped-query attention).
+    pub kv_heads: usize,
     /// Nq.
     pub seqlen_q: usize,
     /// Nk.
@@ -38,6 +40,8 @@ pub struct PeerShape {
     pub causal: bool,
     /// FLOPs by the same formula as ours.
     pub flops: f64,
+    /// Bytes of K plus V (storage type): decode rows (Nq = 1) report them over the time.
+    pub kv_bytes: u64,
 }
 
 /// The shapes PyTorch can run with the same semantics (no varlen; causal only square), once each.
@@ -54,12 +58,14 @@ pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
             dtype: s.dtype.name().to_string(),
             batch: s.batch,
             heads: s.heads,
+            kv_heads: s.kv_heads,
             seqlen_q: s.seqlen_q,
             seqlen_k: s.seqlen_k,
             head_dim: s.head_dim,
             mask: s.mask.name().to_string(),
             causal: s.mask.causal(),
             flops: models::flops(s),
+            kv_bytes: s.kv_bytes(),
         });
     }
     out
@@ -147,6 +153,18 @@ mod tests {
         assert_eq!(headline, 40);
         let s = shapes.iter().find(|s| s.key == "bf16/B16/H16/N1024x1024/d128/causal").unwrap();
         assert_eq!(s.flops, 4.0 * 16.0 * 16.0 * 1024.0 * 1024.0 * 128.0 / 2.0);
+        assert_eq!((s.kv_heads, s.kv_bytes), (16, 2 * 16 * 1024 * 16 * 128 * 2));
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["kv_heads"], 16, "the script reads kv_heads");
+        let models = peer_shapes(&expand(&Preset::Models.blocks()).unwrap());
+        let d = models.iter().find(|s| s.key == "bf16/B64/H32/KV8/N1x65536/d128/none").unwrap();
+        assert_eq!((d.heads, d.kv_heads, d.group.as_str(), d.causal), (32, 8, "llama3-8b-decode", false));
+        assert_eq!(d.kv_bytes, 16 << 30);
+        assert_eq!(
+            models.len(),
+            expand(&Preset::Models.blocks()).unwrap().len(),
+            "every model shape has peers"
+        );
         assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
         assert!(locate(None).is_some(), "the source tree's script");
     }

@@ -228,8 +228,11 @@ pub struct Row {
     pub dtype: String,
     /// Sequences.
     pub batch: usize,
-    /// Heads.
+    /// Query heads.
     pub heads: usize,
+    /// K/V heads (fewer than `heads` under grouped-query attention; 0 in records written before
+    /// it was recorded, which had as many as `heads`: see [`Row::kv_heads`]).
+    pub kv_heads: usize,
     /// Query tokens per sequence (mean for varlen).
     pub seqlen_q: usize,
     /// Key tokens per sequence (mean for varlen).
@@ -267,6 +270,14 @@ pub struct Row {
     pub bandwidth_gbs: Option<f64>,
     /// `flops / bytes_model`, FLOP/byte.
     pub intensity: Option<f64>,
+    /// Decode rows (Nq = 1) only: the bytes of K and V (each read once, storage type) over the
+    /// median time, TB/s: how close a decode step comes to streaming its K/V cache at the
+    /// memory's speed.
+    pub kv_tb_s: Option<f64>,
+    /// Peers only, under grouped-query attention: `native` (`enable_gqa=True`) or `repeat` (K
+    /// and V expanded with `repeat_interleave` inside the timed call: a torch without
+    /// `enable_gqa`).
+    pub gqa: Option<String>,
     /// Bytes of Q, K, V, O and LSE of one input set.
     pub io_bytes: u64,
     /// Extra device (or host) memory the method allocates beyond its inputs and outputs, by the
@@ -296,6 +307,29 @@ impl Row {
         self.timing.as_ref().map(|t| t.median_ms).filter(|x| x.is_finite() && *x > 0.0)
     }
 
+    /// K/V heads (`heads` for records that predate the field).
+    pub fn kv_heads(&self) -> usize {
+        if self.kv_heads == 0 { self.heads } else { self.kv_heads }
+    }
+
+    /// Bytes of K plus V in the storage type (B·Nk·H_kv·d·e each), if the dtype is known.
+    pub fn kv_bytes(&self) -> Option<f64> {
+        let e = match self.dtype.as_str() {
+            "bf16" | "f16" => 2.0,
+            "f32" => 4.0,
+            _ => return None,
+        };
+        Some(2.0 * (self.batch * self.seqlen_k * self.kv_heads() * self.head_dim) as f64 * e)
+    }
+
+    /// [`Row::kv_tb_s`] from the shape and the timing: decode rows (Nq = 1) that were measured.
+    pub fn kv_tbs(&self) -> Option<f64> {
+        if self.seqlen_q != 1 || !self.ok() {
+            return None;
+        }
+        Some(self.kv_bytes()? / (self.median_ms()? * 1e-3) / 1e12)
+    }
+
     /// Fills TFLOP/s, bandwidth and intensity from the timing and the byte model.
     pub fn derive(&mut self) {
         if let Some(ms) = self.median_ms() {
@@ -307,6 +341,7 @@ impl Row {
         if let Some(b) = self.bytes_model.filter(|&b| b > 0.0) {
             self.intensity = Some(self.flops / b);
         }
+        self.kv_tb_s = self.kv_tbs();
     }
 }
 
@@ -423,6 +458,37 @@ mod tests {
         assert_eq!(rows[1].method, "torch-flash");
         assert_eq!(loaded.metas().next().unwrap().extra["torch"], "2.11");
         assert_eq!(loaded.skipped.len(), 1);
+    }
+
+    #[test]
+    fn decode_rows_report_k_and_v_bandwidth() {
+        // Llama-3-8B decode, B = 16, Nk = 16384: K + V = 2·16·16384·8·128·2 bytes = 1 GiB.
+        let mut row = Row {
+            key: "bf16/B16/H32/KV8/N1x16384/d128/none".into(),
+            status: "ok".into(),
+            dtype: "bf16".into(),
+            batch: 16,
+            heads: 32,
+            kv_heads: 8,
+            seqlen_q: 1,
+            seqlen_k: 16_384,
+            head_dim: 128,
+            flops: 4.0 * 16.0 * 32.0 * 16_384.0 * 128.0,
+            timing: Some(Timing { median_ms: 0.25, ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(row.kv_bytes(), Some((1u64 << 30) as f64));
+        row.derive();
+        let want = (1u64 << 30) as f64 / 0.25e-3 / 1e12;
+        assert!((row.kv_tb_s.unwrap() - want).abs() < 1e-12, "{:?} vs {want}", row.kv_tb_s);
+        assert!((want - 4.294_967_296).abs() < 1e-9);
+        // Records from before the field: K/V heads are the query heads.
+        let old = Row { kv_heads: 0, heads: 8, dtype: "f32".into(), ..row.clone() };
+        assert_eq!(old.kv_bytes(), Some(2.0 * 16.0 * 16_384.0 * 8.0 * 128.0 * 4.0));
+        // Not a decode row, or not measured: none.
+        assert_eq!(Row { seqlen_q: 2, ..row.clone() }.kv_tbs(), None);
+        assert_eq!(Row { status: "oom".into(), ..row.clone() }.kv_tbs(), None);
+        assert_eq!(Row { timing: None, ..row }.kv_tbs(), None);
     }
 
     #[test]

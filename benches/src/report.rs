@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::ceilings;
+use crate::ceilings::{self, H200_DATASHEET_TBS};
 use crate::plots;
 use crate::record::{Ceilings, CompletePath, ErrorStats, Loaded, Meta, Row, Timing, load_dir};
 use crate::shapes::{HEADLINE_HIDDEN, HEADLINE_TOKENS};
@@ -47,7 +47,11 @@ impl Data {
         let mut rows: Vec<&Row> =
             loaded.rows().rev().filter(|r| seen.insert((&r.backend, &r.key, &r.method, &r.tiles))).collect();
         rows.reverse();
-        let by = |b: &str| rows.iter().filter(|r| r.backend == b).map(|&r| r.clone()).collect();
+        // Records written before `kv_tb_s` existed (ours and the peers') get it from their shape.
+        let by = |b: &str| {
+            let fill = |r: &Row| Row { kv_tb_s: r.kv_tb_s.or_else(|| r.kv_tbs()), ..r.clone() };
+            rows.iter().filter(|r| r.backend == b).map(|&r| fill(r)).collect()
+        };
         let meta = loaded.metas().filter(|m| m.source != "peers.py").last().cloned();
         let device = meta.as_ref().map_or("", |m| m.device.as_str());
         let flag = |(bw, tf)| Ceilings {
@@ -253,6 +257,7 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
     );
     meta_table(&mut out, d);
     speed_sections(&mut out, d, plots);
+    decode_section(&mut out, d, plots);
     gpu_sections(&mut out, d, plots);
     let cpu_text = "No GPU: the library's tiled CPU attention (`cpu-tiled`) against standard attention that \
          materializes every score (`cpu-standard`: the test kit's baseline), wall clock per call (median). Extra \
@@ -357,6 +362,63 @@ fn speed_sections(out: &mut String, d: &Data, plots: &plots::Written) {
     let others = shapes(d.peers.iter().filter(|r| !is_headline(r) && !d.gpu.is_empty()));
     let head = ["Other shapes against the peers", "TFLOP/s; ours is our fastest method.", "", ""];
     section(out, plots, head, &others, &cols);
+}
+
+/// K/V TB/s of a row, or its status; `(repeat)` where a peer expanded K and V itself.
+fn kv_cell(r: Option<&Row>) -> String {
+    match r {
+        Some(r) if r.ok() => {
+            let repeat = if r.gqa.as_deref() == Some("repeat") { " (repeat)" } else { "" };
+            opt(r.kv_tb_s, |t| format!("{t:.2}{repeat}"))
+        }
+        r => tflops_cell(r),
+    }
+}
+
+/// Decode shapes (Nq = 1): the K/V cache read over the time, ours (the fastest method) and each
+/// peer's, as a share of the memory's speed and as ratios.
+fn decode_section(out: &mut String, d: &Data, plots: &plots::Written) {
+    let mut rows: Vec<&Row> = shapes(d.gpu.iter().filter(|r| r.seqlen_q == 1 && r.tiles.is_none()));
+    rows.sort_by_key(|r| (r.group.clone(), r.dtype.clone(), r.head_dim, r.batch, r.seqlen_k, r.key.clone()));
+    let c = &d.ceilings;
+    let copy = if c.source.contains("measured") { "measured copy".to_string() } else { c.source.clone() };
+    let device = d.meta.as_ref().map_or("", |m| m.device.as_str());
+    let share = |bw: f64| {
+        move |r: &Row| opt(d.best(&r.key).and_then(|b| b.kv_tb_s), |t| format!("{:.0}%", 100.0 * t / bw))
+    };
+    let mut cols = vec![
+        col("group", |r| r.group.clone()),
+        col("dtype", |r| r.dtype.clone()),
+        col("B", |r| r.batch.to_string()),
+        col("H / KV", |r| format!("{} / {}", r.heads, r.kv_heads())),
+        col("d", |r| r.head_dim.to_string()),
+        col("Nk", |r| r.seqlen_k.to_string()),
+        col("K+V", |r| opt(r.kv_bytes(), bytes)),
+        col("ours TB/s", |r| opt(d.best(&r.key), |b| format!("{} ({})", kv_cell(Some(b)), b.method))),
+        col(format!("% of {:.2} TB/s ({copy})", c.bandwidth_tbs), share(c.bandwidth_tbs)),
+    ];
+    if device.contains("H200") {
+        cols.push(col(format!("% of {H200_DATASHEET_TBS} TB/s (datasheet)"), share(H200_DATASHEET_TBS)));
+    }
+    for (m, name) in d.peer_methods() {
+        cols.push(col(format!("{name} TB/s"), move |r| kv_cell(d.find(true, &r.key, m))));
+    }
+    // Ratios against the two fast peers only (the table is wide enough).
+    for (m, name) in d.peer_methods().into_iter().filter(|(m, _)| ["torch-flash", "torch-cudnn"].contains(m))
+    {
+        cols.push(col(format!("ours / {name}"), move |r| ratio(d.best(&r.key), d.find(true, &r.key, m))));
+    }
+    let text = format!(
+        "One query per sequence against a K/V cache of Nk tokens: the step reads K and V once, so its \
+         speed is bandwidth. TB/s = bytes of K and V (2·B·Nk·KV·d·e, the storage type; Q, O and the LSE are \
+         negligible and not counted) / median time. Ours is our fastest method. The shares are of the \
+         device-to-device copy bandwidth (read + write bytes) of this run's ceilings{}. A peer marked \
+         (repeat) ran on a torch without `enable_gqa`: K and V were expanded with `repeat_interleave` inside \
+         its timed call. Ratios: ours over torch's FlashAttention-2 and cuDNN backends (TB/s, equally \
+         their time over ours).",
+        if device.contains("H200") { ", and of the H200 datasheet's 4.8 TB/s" } else { "" }
+    );
+    section(out, plots, ["Decode: K/V bandwidth", &text, "", ""], &rows, &cols);
 }
 
 /// Memory, error, the complete path, Nsight Compute's bytes, and every GPU row.
@@ -555,6 +617,46 @@ mod tests {
         assert!(
             svg.contains("Memory of one call: bf16 d = 128, B = 1, H = 16") && svg.contains("out of memory")
         );
+    }
+
+    #[test]
+    fn decode_rows_get_a_bandwidth_table() {
+        let dir = tempfile::tempdir().unwrap();
+        // Llama-3-8B decode, B = 16, Nk = 16384: K + V = 1 GiB; the rows carry no kv_tb_s (as
+        // records written before it), so the report derives it.
+        let key = "bf16/B16/H32/KV8/N1x16384/d128/none";
+        let flops = 4.0 * 16.0 * 32.0 * 16_384.0 * 128.0;
+        let row = |backend: &str, method: &str, ms: f64, extra: &str| {
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"{key}","group":"llama3-8b-decode","dtype":"bf16","batch":16,"heads":32,"kv_heads":8,"seqlen_q":1,"seqlen_k":16384,"head_dim":128,"mask":"none","method":"{method}","status":"ok","flops":{flops},"timing":{{"median_ms":{ms}}},"tflops":{}{extra}}}"#,
+                flops / (ms * 1e-3) / 1e12
+            )
+        };
+        let ours = [
+            r#"{"kind":"meta","source":"flashattn-bench","device":"NVIDIA H200"}"#.to_string(),
+            r#"{"kind":"ceilings","bandwidth_tbs":4.0,"tflops":800.0,"source":"measured"}"#.to_string(),
+            row("gpu", "auto", 0.25, ""),
+        ];
+        let peers = [
+            row("peer", "torch-flash", 0.5, r#","gqa":"native""#),
+            row("peer", "torch-cudnn", 1.0, r#","gqa":"repeat""#),
+            format!(
+                r#"{{"kind":"row","backend":"peer","key":"{key}","seqlen_q":1,"method":"torch-efficient","status":"unsupported"}}"#
+            ),
+        ];
+        std::fs::write(dir.path().join("bench.jsonl"), ours.join("\n")).unwrap();
+        std::fs::write(dir.path().join("peers.jsonl"), peers.join("\n")).unwrap();
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        for want in [
+            "## Decode: K/V bandwidth",
+            "| group | dtype | B | H / KV | d | Nk | K+V | ours TB/s | % of 4.00 TB/s (measured copy) | % of 4.8 TB/s \
+             (datasheet) | torch FA2 TB/s | torch cuDNN TB/s | torch mem-eff TB/s | ours / torch FA2 | ours / torch \
+             cuDNN |",
+            "| llama3-8b-decode | bf16 | 16 | 32 / 8 | 128 | 16384 | 1.0 GiB | 4.29 (auto) | 107% | 89% | 2.15 | \
+             1.07 (repeat) | n/a | 2.00× | 4.00× |",
+        ] {
+            assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
+        }
     }
 
     #[test]

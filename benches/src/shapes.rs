@@ -137,15 +137,18 @@ pub fn takes_tiles(method: Method) -> bool {
     !matches!(method, Method::Standard)
 }
 
-/// One problem shape. K and V have as many heads as Q.
+/// One problem shape. K and V have `kv_heads` heads (grouped-query attention when fewer than Q's:
+/// query head `h` attends with K/V head `h / (heads / kv_heads)`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     /// Element type of Q, K, V and O.
     pub dtype: DType,
     /// Sequences (for varlen: how many ragged sequences are packed).
     pub batch: usize,
-    /// Heads.
+    /// Query (and output) heads.
     pub heads: usize,
+    /// K and V heads: `heads` without grouped-query attention, else a divisor of it.
+    pub kv_heads: usize,
     /// Query tokens per sequence (for varlen: with ragged lengths, the mean).
     pub seqlen_q: usize,
     /// Key tokens per sequence (for varlen: the mean).
@@ -158,10 +161,13 @@ pub struct Shape {
 
 impl Shape {
     /// The key that identifies this shape in every record (ours and the peers'), e.g.
-    /// `bf16/B16/H16/N1024x1024/d128/causal`.
+    /// `bf16/B16/H16/N1024x1024/d128/causal`; with grouped-query attention the K/V heads follow
+    /// the query heads, e.g. `bf16/B16/H32/KV8/N1x16384/d128/none` (so keys without it are the
+    /// keys every earlier run recorded).
     pub fn key(&self) -> String {
+        let kv = if self.kv_heads == self.heads { String::new() } else { format!("/KV{}", self.kv_heads) };
         format!(
-            "{}/B{}/H{}/N{}x{}/d{}/{}",
+            "{}/B{}/H{}{kv}/N{}x{}/d{}/{}",
             self.dtype,
             self.batch,
             self.heads,
@@ -183,10 +189,15 @@ impl Shape {
         (q, k)
     }
 
-    /// Elements of Q (= O) and of K (= V).
+    /// Elements of Q (= O, with `heads`) and of K (= V, with `kv_heads`).
     pub fn elems(&self) -> (u64, u64) {
-        let row = (self.heads * self.head_dim) as u64;
-        (self.batch as u64 * self.seqlen_q as u64 * row, self.batch as u64 * self.seqlen_k as u64 * row)
+        let (q_row, kv_row) = ((self.heads * self.head_dim) as u64, (self.kv_heads * self.head_dim) as u64);
+        (self.batch as u64 * self.seqlen_q as u64 * q_row, self.batch as u64 * self.seqlen_k as u64 * kv_row)
+    }
+
+    /// Bytes of K plus V in the storage type: what a decode step (Nq = 1) must read at least.
+    pub fn kv_bytes(&self) -> u64 {
+        2 * self.elems().1 * self.dtype.size_bytes() as u64
     }
 
     /// Whether PyTorch's `scaled_dot_product_attention` computes the same thing: no varlen, and
@@ -256,6 +267,8 @@ pub struct Block {
     pub batch: Size,
     /// Heads rule.
     pub heads: Size,
+    /// K/V heads (grouped-query attention); `None`: as many as the query heads.
+    pub kv_heads: Option<usize>,
     /// Masks.
     pub masks: Vec<Mask>,
     /// Methods.
@@ -285,10 +298,101 @@ pub enum Preset {
     /// 256}, bf16 and f16, N = 4096, causal and not, B·N = 16384 and H = 2048/d (rounded down),
     /// through `auto` (the tensor-core kernel, head dims padded up to an instantiated one).
     HeadDims,
+    /// Named models' attention, bf16, through `auto` (the library's default plan, no tile
+    /// overrides), each case's group naming its model: LLM prefill and decode (Nq = 1 against a
+    /// K/V cache up to 128k, grouped-query K/V heads), SD 1.5 UNet and ViT-B/16.
+    ///
+    /// Query heads / K/V heads / head dim:
+    /// - LLM prefill (causal, Nq = Nk = 4096 with B = 4 and Nq = Nk = 1024 with B = 16):
+    ///   Llama-3-8B 32/8/128 (Mistral-7B has exactly this attention, so its rows are these:
+    ///   group `llama3-8b+mistral-7b-prefill`), Phi-3-mini 32/32/96, Gemma-2-9B 16/8/256 (its
+    ///   4096-token sliding window equals full causal attention at these lengths; its logit
+    ///   soft-capping is not modeled).
+    /// - LLM decode (Nq = 1 query against a K/V cache of Nk, no mask: with one query the
+    ///   bottom-right causal mask hides nothing): Llama-3-8B with B ∈ {1, 4, 16, 64} ×
+    ///   Nk ∈ {1024, 4096, 16384, 65536, 131072}; Phi-3-mini and Gemma-2-9B with B ∈ {1, 16} ×
+    ///   Nk ∈ {4096, 65536}. Combinations whose K + V exceed 24 GiB
+    ///   ([`MODELS_MAX_KV_BYTES`]) are left out: only Llama-3-8B B = 64 × Nk = 131072
+    ///   (2·64·131072·8·128·2 bytes = 32 GiB).
+    /// - Stable Diffusion 1.5 UNet self-attention, 8 heads, B = 2, no mask: d = 40 at N = 4096,
+    ///   d = 80 at N = 1024, d = 160 at N = 256 (group `sd15-unet`).
+    /// - ViT-B/16: 12/12/64, N = 197, B = 64, no mask (group `vit-b16`).
+    Models,
 }
 
 /// The head dims of the `head-dims` preset.
 pub const HEAD_DIMS_SWEEP: [usize; 12] = [32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256];
+
+/// The most K + V bytes a decode shape of the `models` preset may hold; larger combinations of
+/// batch and cache length are left out of it.
+pub const MODELS_MAX_KV_BYTES: u64 = 24 << 30;
+/// Batch sizes of the Llama-3-8B decode grid.
+pub const LLAMA_DECODE_BATCHES: [usize; 4] = [1, 4, 16, 64];
+/// K/V cache lengths of the Llama-3-8B decode grid.
+pub const LLAMA_DECODE_CACHE: [usize; 5] = [1024, 4096, 16_384, 65_536, 131_072];
+
+/// One model's attention: query heads, K/V heads, head dim.
+#[derive(Clone, Copy, Debug)]
+struct ModelAttn {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+const LLAMA3_8B: ModelAttn = ModelAttn { heads: 32, kv_heads: 8, head_dim: 128 };
+const PHI3_MINI: ModelAttn = ModelAttn { heads: 32, kv_heads: 32, head_dim: 96 };
+const GEMMA2_9B: ModelAttn = ModelAttn { heads: 16, kv_heads: 8, head_dim: 256 };
+
+/// A `models` block: bf16, one model's heads and head dim, `auto` with the library's tiles.
+fn model_block(group: &'static str, m: ModelAttn, seqlens: &[usize], batch: Size, mask: Mask) -> Block {
+    Block {
+        batch,
+        heads: Size::Fixed(m.heads),
+        kv_heads: (m.kv_heads != m.heads).then_some(m.kv_heads),
+        masks: vec![mask],
+        methods: vec![Method::Auto],
+        ..block(group, &[DType::BF16], &[m.head_dim], seqlens)
+    }
+}
+
+/// Causal prefill of an LLM: Nq = Nk = 1024 with B = 16 and 4096 with B = 4.
+fn prefill(group: &'static str, m: ModelAttn) -> Block {
+    model_block(group, m, &[1024, 4096], Size::Per(HEADLINE_TOKENS), Mask::Causal)
+}
+
+/// Decode steps of an LLM (Nq = 1, no mask), one block per batch size, without the cache
+/// lengths whose K + V exceed [`MODELS_MAX_KV_BYTES`].
+fn decode(group: &'static str, m: ModelAttn, batches: &[usize], cache: &[usize]) -> Vec<Block> {
+    let e = DType::BF16.size_bytes() as u64;
+    let kv_bytes = |b: usize, n: usize| 2 * (b * n * m.kv_heads * m.head_dim) as u64 * e;
+    batches
+        .iter()
+        .map(|&b| {
+            let fits: Vec<usize> =
+                cache.iter().copied().filter(|&n| kv_bytes(b, n) <= MODELS_MAX_KV_BYTES).collect();
+            Block { seqlen_q: Some(1), ..model_block(group, m, &fits, Size::Fixed(b), Mask::Dense) }
+        })
+        .filter(|b| !b.seqlens.is_empty())
+        .collect()
+}
+
+/// The blocks of the `models` preset (see [`Preset::Models`]).
+fn models_blocks() -> Vec<Block> {
+    let sd = |d: usize, n: usize| {
+        let m = ModelAttn { heads: 8, kv_heads: 8, head_dim: d };
+        model_block("sd15-unet", m, &[n], Size::Fixed(2), Mask::Dense)
+    };
+    let vit = ModelAttn { heads: 12, kv_heads: 12, head_dim: 64 };
+    let mut v = vec![prefill("llama3-8b+mistral-7b-prefill", LLAMA3_8B)];
+    v.extend(decode("llama3-8b-decode", LLAMA3_8B, &LLAMA_DECODE_BATCHES, &LLAMA_DECODE_CACHE));
+    v.push(prefill("phi3-mini-prefill", PHI3_MINI));
+    v.extend(decode("phi3-mini-decode", PHI3_MINI, &[1, 16], &[4096, 65_536]));
+    v.push(prefill("gemma2-9b-prefill", GEMMA2_9B));
+    v.extend(decode("gemma2-9b-decode", GEMMA2_9B, &[1, 16], &[4096, 65_536]));
+    v.extend([sd(40, 4096), sd(80, 1024), sd(160, 256)]);
+    v.push(model_block("vit-b16", vit, &[197], Size::Fixed(64), Mask::Dense));
+    v
+}
 
 const ALL_GPU_METHODS: [Method; 3] = [Method::Flash, Method::FlashTensorCore, Method::Standard];
 
@@ -301,6 +405,7 @@ fn block(group: &'static str, dtypes: &[DType], head_dims: &[usize], seqlens: &[
         seqlen_q: None,
         batch: Size::Per(HEADLINE_TOKENS),
         heads: Size::Per(HEADLINE_HIDDEN),
+        kv_heads: None,
         masks: vec![Mask::Dense, Mask::Causal],
         methods: ALL_GPU_METHODS.to_vec(),
         tiles: vec![None],
@@ -429,6 +534,7 @@ impl Preset {
                 methods: vec![Method::Auto],
                 ..block("head-dims", &[BF16, F16], &HEAD_DIMS_SWEEP, &[4096])
             }],
+            Preset::Models => models_blocks(),
             Preset::Cpu => vec![Block {
                 batch: Size::Fixed(1),
                 heads: Size::Fixed(2),
@@ -450,6 +556,8 @@ pub struct Overrides {
     pub batch: Option<Size>,
     /// Heads rule.
     pub heads: Option<Size>,
+    /// K/V heads (a divisor of the query heads).
+    pub kv_heads: Option<usize>,
     /// Masks.
     pub masks: Option<Vec<Mask>>,
     /// Dtypes.
@@ -478,6 +586,9 @@ impl Overrides {
         }
         if let Some(x) = self.heads {
             b.heads = x;
+        }
+        if let Some(x) = self.kv_heads {
+            b.kv_heads = Some(x);
         }
         if let Some(x) = &self.masks {
             b.masks = x.clone();
@@ -523,10 +634,12 @@ pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
             for &head_dim in &b.head_dims {
                 for &mask in &b.masks {
                     for &n in &b.seqlens {
+                        let heads = b.heads.resolve(head_dim);
                         let shape = Shape {
                             dtype,
                             batch: b.batch.resolve(n),
-                            heads: b.heads.resolve(head_dim),
+                            heads,
+                            kv_heads: b.kv_heads.unwrap_or(heads),
                             seqlen_q: b.seqlen_q.unwrap_or(n),
                             seqlen_k: n,
                             head_dim,
@@ -568,8 +681,16 @@ pub fn check_shape(s: &Shape) -> Result<(), String> {
     if s.head_dim == 0 || s.head_dim > flashattn::MAX_HEAD_DIM {
         return Err(format!("head dim {} is outside 1..={}", s.head_dim, flashattn::MAX_HEAD_DIM));
     }
-    if s.batch == 0 || s.heads == 0 || s.seqlen_q == 0 || s.seqlen_k == 0 {
+    if s.batch == 0 || s.heads == 0 || s.kv_heads == 0 || s.seqlen_q == 0 || s.seqlen_k == 0 {
         return Err(format!("shape {} has a zero extent", s.key()));
+    }
+    if !s.heads.is_multiple_of(s.kv_heads) {
+        return Err(format!(
+            "shape {}: {} query heads are not a multiple of {} K/V heads (set --heads and --kv-heads together)",
+            s.key(),
+            s.heads,
+            s.kv_heads
+        ));
     }
     let (q, k) = s.elems();
     let bytes = q.max(k).saturating_mul(s.dtype.size_bytes() as u64);
@@ -590,6 +711,7 @@ pub fn check_shape(s: &Shape) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models;
 
     #[test]
     fn headline_is_the_issue_grid() {
@@ -640,12 +762,93 @@ mod tests {
     }
 
     #[test]
+    fn keys_without_gqa_are_unchanged_and_gqa_keys_name_the_kv_heads() {
+        let mut s = Shape {
+            dtype: DType::BF16,
+            batch: 16,
+            heads: 16,
+            kv_heads: 16,
+            seqlen_q: 1024,
+            seqlen_k: 1024,
+            head_dim: 128,
+            mask: Mask::Causal,
+        };
+        assert_eq!(s.key(), "bf16/B16/H16/N1024x1024/d128/causal");
+        assert_eq!(s.elems(), (16 * 1024 * 16 * 128, 16 * 1024 * 16 * 128));
+        (s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k, s.mask) = (32, 8, 1, 16_384, Mask::Dense);
+        assert_eq!(s.key(), "bf16/B16/H32/KV8/N1x16384/d128/none");
+        assert_eq!(s.elems(), (16 * 32 * 128, 16 * 16_384 * 8 * 128));
+        assert_eq!(s.kv_bytes(), 1 << 30);
+        assert!(check_shape(&s).is_ok());
+        s.kv_heads = 5;
+        assert!(check_shape(&s).unwrap_err().contains("not a multiple of 5 K/V heads"));
+        s.kv_heads = 0;
+        assert!(check_shape(&s).unwrap_err().contains("zero extent"));
+        // Every preset that existed before grouped-query attention keeps its keys.
+        for p in [Preset::Quick, Preset::Full, Preset::HeadDims, Preset::Cpu] {
+            for c in expand(&p.blocks()).unwrap() {
+                assert_eq!(c.shape.kv_heads, c.shape.heads);
+                assert!(!c.shape.key().contains("KV"), "{}", c.shape.key());
+            }
+        }
+    }
+
+    #[test]
+    fn models_has_the_llama_decode_grid_with_eight_kv_heads() {
+        let cases = expand(&Preset::Models.blocks()).unwrap();
+        let decode: Vec<&Case> = cases.iter().filter(|c| c.group == "llama3-8b-decode").collect();
+        // 4 batches × 5 cache lengths, less B = 64 × 131072 (32 GiB of K + V).
+        assert_eq!(decode.len(), 4 * 5 - 1);
+        for &b in &LLAMA_DECODE_BATCHES {
+            for &n in &LLAMA_DECODE_CACHE {
+                let key = format!("bf16/B{b}/H32/KV8/N1x{n}/d128/none");
+                let found = decode.iter().find(|c| c.shape.key() == key);
+                assert_eq!(found.is_some(), (b, n) != (64, 131_072), "{key}");
+            }
+        }
+        for c in &decode {
+            let s = &c.shape;
+            assert_eq!((s.heads, s.kv_heads, s.head_dim, s.seqlen_q, s.mask), (32, 8, 128, 1, Mask::Dense));
+            assert!(s.kv_bytes() <= MODELS_MAX_KV_BYTES);
+            assert!(models::problem(s).is_ok(), "{}", s.key());
+        }
+        // Every row is the library's default plan, bf16.
+        for c in &cases {
+            assert_eq!(c.variants, [Variant { method: Method::Auto, tiles: None }], "{}", c.shape.key());
+            assert_eq!(c.shape.dtype, DType::BF16);
+            assert!(check_shape(&c.shape).is_ok());
+        }
+        let key_of = |group: &str| -> Vec<String> {
+            cases.iter().filter(|c| c.group == group).map(|c| c.shape.key()).collect()
+        };
+        assert_eq!(
+            key_of("llama3-8b+mistral-7b-prefill"),
+            ["bf16/B16/H32/KV8/N1024x1024/d128/causal", "bf16/B4/H32/KV8/N4096x4096/d128/causal"]
+        );
+        assert_eq!(key_of("phi3-mini-decode").len(), 4);
+        assert!(key_of("phi3-mini-decode").contains(&"bf16/B16/H32/N1x65536/d96/none".to_string()));
+        assert!(key_of("gemma2-9b-decode").contains(&"bf16/B1/H16/KV8/N1x4096/d256/none".to_string()));
+        assert_eq!(key_of("gemma2-9b-prefill")[1], "bf16/B4/H16/KV8/N4096x4096/d256/causal");
+        assert_eq!(
+            key_of("sd15-unet"),
+            [
+                "bf16/B2/H8/N4096x4096/d40/none",
+                "bf16/B2/H8/N1024x1024/d80/none",
+                "bf16/B2/H8/N256x256/d160/none"
+            ]
+        );
+        assert_eq!(key_of("vit-b16"), ["bf16/B64/H12/N197x197/d64/none"]);
+        assert_eq!(cases.len(), 2 + 19 + 2 + 4 + 2 + 4 + 3 + 1);
+    }
+
+    #[test]
     fn overrides_replace_axes() {
         let o = Overrides {
             seqlens: Some(vec![512]),
             head_dims: Some(vec![32]),
             batch: Some(Size::Fixed(3)),
             heads: Some(Size::Fixed(5)),
+            kv_heads: None,
             masks: Some(vec![Mask::Causal]),
             dtypes: Some(vec![DType::F32]),
             seqlen_q: Some(7),
@@ -687,6 +890,7 @@ mod tests {
             dtype: DType::BF16,
             batch: 4,
             heads: 2,
+            kv_heads: 2,
             seqlen_q: 1,
             seqlen_k: 64,
             head_dim: 8,
@@ -703,6 +907,7 @@ mod tests {
             dtype: DType::F32,
             batch: 1,
             heads: 1,
+            kv_heads: 1,
             seqlen_q: 8,
             seqlen_k: 8,
             head_dim: 257,
