@@ -100,24 +100,48 @@ impl Device {
     }
 
     fn run_flash(&self, problem: &Problem, io: Io, plan: &Plan) -> Result<()> {
-        let Some(launch) = plan.main_launch() else { return Ok(()) };
-        let Some(kernel) = launch.kernel else { return Ok(()) };
+        // The plan may have packed the query heads of each K/V group into rows: the kernels
+        // then see that problem (the same memory, re-addressed).
+        let packed = if plan.gqa_packed { problem.gqa_packed() } else { None };
+        let problem = packed.as_ref().unwrap_or(problem);
         let offsets = match problem.varlen() {
             Some(vl) => Some(self.upload_offsets(vl)?),
             None => None,
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
-        let params = attn_params(problem, io, addresses, block_n);
-        let shape = LaunchShape {
-            grid: launch.grid,
-            block: (launch.threads, 1, 1),
-            shared_bytes: launch.shared_bytes,
+        let mut params = attn_params(problem, io, addresses, block_n);
+        // Split-KV: the partial outputs and log-sum-exps, freed in stream order after the
+        // combine kernel that reads them.
+        let partials = if plan.splits > 1 {
+            let rows = problem.lse_len() as u64;
+            let bytes = crate::plan::partial_bytes(problem, plan.splits);
+            let what = || format!("split-KV partial results ({} splits × {rows} rows)", plan.splits);
+            let buf = self.alloc_scratch(bytes, plan.scratch_bytes, what)?;
+            params.splits = plan.splits as u32;
+            params.partial_rows = rows;
+            // Outputs first: their rows (head dims of whole 16-byte chunks) stay 16-byte aligned.
+            params.partial_o = buf.device_address();
+            params.partial_lse = params.partial_o + 4 * plan.splits as u64 * rows * problem.head_dim() as u64;
+            Some(buf)
+        } else {
+            None
         };
-        // SAFETY: `params` is the kernel's parameter struct, built from validated layouts whose
-        // buffers hold every addressed element. The offset buffers are freed in stream order,
-        // after the kernel.
-        unsafe { self.launch(kernel, shape, &params) }
+        for launch in &plan.launches {
+            let Some(kernel) = launch.kernel else { continue };
+            let shape = LaunchShape {
+                grid: launch.grid,
+                block: (launch.threads, 1, 1),
+                shared_bytes: launch.shared_bytes,
+            };
+            // SAFETY: `params` is the kernels' parameter struct (the forward kernel's and the
+            // combine's), built from validated layouts whose buffers hold every addressed
+            // element, with partial buffers sized for `plan.splits`. The offset and partial
+            // buffers are freed in stream order, after the kernels.
+            unsafe { self.launch(kernel, shape, &params) }?;
+        }
+        drop(partials);
+        Ok(())
     }
 
     /// Copies variable-length offsets to the device.
@@ -169,6 +193,9 @@ pub(crate) fn attn_params(
         causal: problem.causal() as u32,
         block_n,
         lse_seq_stride: problem.lse_seq_stride() as u32,
-        _pad: 0,
+        splits: 1,
+        partial_o: 0,
+        partial_lse: 0,
+        partial_rows: 0,
     }
 }

@@ -30,9 +30,12 @@ pub use attention::{DeviceTensor, DeviceTensorMut};
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result};
-pub use plan::{Launch, LaunchKind, NotTaken, Plan, Reason, TileError, plan};
+pub use plan::{
+    AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,
+    plan,
+};
 pub use problem::{
-    AttentionOptions, Layout, MAX_HEAD_DIM, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,
+    AttentionOptions, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,
 };
 pub use timing::GpuTimer;
 

@@ -7,15 +7,15 @@
 //! faster path was not taken.
 
 use flashattn_kernels::config::{
-    MMA_CONFIGS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_default, mma_find,
+    MMA_CONFIGS, MmaConfig, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_decode, mma_default, mma_find,
 };
-use flashattn_kernels::params::{SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS};
+use flashattn_kernels::params::{COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS};
 use flashattn_kernels::registry::{Family, Target};
 
 use crate::buffer::DType;
 use crate::device::DeviceProps;
 use crate::error::InvalidInput;
-use crate::problem::{AttentionOptions, Layout, Method, Problem, Tiles};
+use crate::problem::{AttentionOptions, Layout, MAX_SPLITS, Method, Problem, Tiles};
 use crate::registry::{KernelId, elem};
 
 /// CUDA's grid limits: x up to 2³¹ − 1, y and z up to 65535.
@@ -92,6 +92,20 @@ pub enum Reason {
         /// The device's PTX target.
         target: &'static str,
     },
+    /// A split-KV override for a method that does not split the keys (only the tensor-core
+    /// kernel does).
+    NoSplitKv,
+    /// Standard attention's N×N matrices would take more than `Method::Auto` allows itself
+    /// ([`STANDARD_SCRATCH_FRACTION`] of device memory).
+    ScratchBudget {
+        /// Bytes of S and P.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// Standard attention runs variable-length batches one sequence at a time; `Method::Auto`
+    /// leaves them to the flash kernel.
+    VarLen,
 }
 
 impl std::fmt::Display for Reason {
@@ -127,6 +141,15 @@ impl std::fmt::Display for Reason {
             Reason::Target { kernel, target } => {
                 write!(f, "this device: kernel `{kernel}` is not built for {target}")
             }
+            Reason::NoSplitKv => f.write_str(
+                "a split-KV override (only the tensor-core kernel splits the keys; use `splits: None`)",
+            ),
+            Reason::ScratchBudget { needed, budget } => write!(
+                f,
+                "{needed} bytes of N×N scores and probabilities (Auto allows {budget}, 1/{} of device memory)",
+                1.0 / STANDARD_SCRATCH_FRACTION
+            ),
+            Reason::VarLen => f.write_str("a variable-length batch (it runs one sequence at a time)"),
         }
     }
 }
@@ -165,6 +188,11 @@ pub enum TileError {
         /// The device's limit.
         limit: u32,
     },
+    /// A split-KV override outside 1..=[`MAX_SPLITS`].
+    Splits {
+        /// The override.
+        splits: usize,
+    },
 }
 
 impl std::fmt::Display for TileError {
@@ -182,6 +210,9 @@ impl std::fmt::Display for TileError {
             }
             TileError::SharedMemory { needed, limit } => {
                 write!(f, "they need {needed} bytes of shared memory per block, the device allows {limit}")
+            }
+            TileError::Splits { splits } => {
+                write!(f, "{splits} key splits (1 to {MAX_SPLITS}; 1 means no split)")
             }
         }
     }
@@ -237,7 +268,57 @@ pub struct Plan {
     pub scratch_bytes: u64,
     /// Faster methods not taken, with the reason (filled for `Method::Auto`).
     pub not_taken: Vec<NotTaken>,
+    /// Split-KV: blocks per query tile, each taking a share of its keys (1: no split; then
+    /// there is no combine launch).
+    pub splits: usize,
+    /// Whether the query heads that share a K/V head are packed into the rows of one tile
+    /// (decoding with grouped K/V heads: K and V are read once per group).
+    pub gqa_packed: bool,
+    /// Why this path: the rule of [`AUTO_RULES`] that chose the method (for `Method::Auto`), and
+    /// the planner's choices of instance, packing and splits, in words.
+    pub why: Vec<String>,
 }
+
+/// One rule of `Method::Auto`'s table: the first rule whose conditions hold picks the method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoRule {
+    /// The method the rule picks.
+    pub method: Method,
+    /// When it applies.
+    pub when: &'static str,
+    /// Why it is the fastest there: the measurements behind the rule.
+    pub evidence: &'static str,
+}
+
+/// `Method::Auto`'s rule table, in order: the first rule whose method can run the problem
+/// picks it. The planner owns it ([`plan`] follows it and `tests/cpu/plan.rs` checks each rule on
+/// synthetic devices); the README prints it.
+pub const AUTO_RULES: [AutoRule; 3] = [
+    AutoRule {
+        method: Method::FlashTensorCore,
+        when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows (then: the one-warp decode \
+               instance when a query tile holds ≤ 16 rows; query heads packed per K/V head for one query \
+               token; split-KV when the query tiles fill less than 80% of the GPU)",
+        evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
+                   (results/2026-11-30-nvidia-h200/head-dims)",
+    },
+    AutoRule {
+        method: Method::Standard,
+        when: "otherwise, for a fixed-length batch whose N×N scores and probabilities fit in 1/16 of \
+               device memory, with cuBLAS-compatible strides",
+        evidence: "1.2–6× faster than the CUDA-core flash kernel on f32, d = 64 and 128 \
+                   (results/2026-11-29-nvidia-h200/extras)",
+    },
+    AutoRule {
+        method: Method::Flash,
+        when: "everything else: variable-length batches, N×N beyond the budget, broadcast or \
+               overlapping rows",
+        evidence: "the one path with O(N) memory for every dtype, head dim and layout",
+    },
+];
+
+/// The share of device memory `Method::Auto` lets standard attention's N×N matrices take.
+pub const STANDARD_SCRATCH_FRACTION: f64 = 1.0 / 16.0;
 
 impl Plan {
     /// The main launch: the attention kernel of a flash method, the softmax of standard
@@ -277,6 +358,9 @@ impl std::fmt::Display for Plan {
         }
         for n in &self.not_taken {
             write!(f, "; not {}: {}", n.method, n.reason)?;
+        }
+        for w in &self.why {
+            write!(f, "; {w}")?;
         }
         Ok(())
     }
@@ -330,24 +414,80 @@ pub fn plan(
     problem: &Problem,
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
+    if let Some(splits) = opts.splits {
+        if splits == 0 || splits > MAX_SPLITS {
+            return Err(tile_error(opts.method, opts.tiles, TileError::Splits { splits }));
+        }
+    }
     let mut plan = match opts.method {
-        Method::Flash => plan_simt(props, dtype, problem, opts.tiles),
-        Method::FlashTensorCore => plan_mma(props, dtype, problem, opts.tiles),
-        Method::Standard => plan_standard(dtype, problem, opts.tiles),
-        Method::Auto => plan_mma(props, dtype, problem, opts.tiles).or_else(|refused| {
-            let mut simt = plan_simt(props, dtype, problem, opts.tiles)?;
-            let reason = match refused {
-                InvalidInput::Unsupported { reason, .. } => reason,
-                InvalidInput::Tiles { reason, .. } => Reason::Tiles(reason),
-                other => return Err(other),
-            };
-            simt.not_taken.push(NotTaken { method: Method::FlashTensorCore, reason });
-            Ok(simt)
-        }),
+        Method::Flash => plan_simt(props, dtype, problem, opts),
+        Method::FlashTensorCore => plan_mma(props, dtype, problem, opts),
+        Method::Standard => plan_standard(dtype, problem, opts),
+        Method::Auto => plan_auto(props, dtype, problem, opts),
     }?;
     if problem.is_empty() {
         plan.launches.clear();
         plan.scratch_bytes = 0;
+    }
+    Ok(plan)
+}
+
+/// `Method::Auto`: the first rule of [`AUTO_RULES`] whose method runs the problem. Each rule
+/// passed over leaves its reason in `not_taken`.
+fn plan_auto(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let mut not_taken = Vec::new();
+    let reason_of = |refused: InvalidInput| match refused {
+        InvalidInput::Unsupported { reason, .. } => Ok(reason),
+        InvalidInput::Tiles { reason, .. } => Ok(Reason::Tiles(reason)),
+        other => Err(other),
+    };
+    for (i, rule) in AUTO_RULES.iter().enumerate() {
+        let attempt = match rule.method {
+            Method::FlashTensorCore => plan_mma(props, dtype, problem, opts),
+            Method::Standard => standard_for_auto(props, dtype, problem, opts),
+            _ => plan_simt(props, dtype, problem, opts),
+        };
+        match attempt {
+            Ok(mut plan) => {
+                plan.not_taken = not_taken;
+                plan.why.insert(0, format!("auto rule {}: {} ({})", i + 1, rule.when, rule.evidence));
+                return Ok(plan);
+            }
+            // The last rule's refusal is the answer.
+            Err(e) if i + 1 == AUTO_RULES.len() => return Err(e),
+            Err(e) => not_taken.push(NotTaken { method: rule.method, reason: reason_of(e)? }),
+        }
+    }
+    unreachable!("the last rule returns")
+}
+
+/// Standard attention as `Method::Auto` takes it: fixed-length batches, within the scratch
+/// budget, without tile or split overrides (which are the flash kernels').
+fn standard_for_auto(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let method = Method::Standard;
+    if opts.tiles != Tiles::default() {
+        return Err(tile_error(method, opts.tiles, TileError::NotTiled));
+    }
+    if opts.splits.is_some() {
+        return Err(unsupported(method, Reason::NoSplitKv));
+    }
+    if problem.varlen().is_some() {
+        return Err(unsupported(method, Reason::VarLen));
+    }
+    let plan = plan_standard(dtype, problem, opts)?;
+    let budget = (props.total_memory as f64 * STANDARD_SCRATCH_FRACTION) as u64;
+    if plan.scratch_bytes > budget {
+        return Err(unsupported(method, Reason::ScratchBudget { needed: plan.scratch_bytes, budget }));
     }
     Ok(plan)
 }
@@ -360,11 +500,16 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
     InvalidInput::Tiles { method, block_m: tiles.block_m, block_n: tiles.block_n, reason }
 }
 
-/// Grid of the flash kernels: query tiles of the longest sequence × heads × sequences, within
-/// CUDA's limits.
-fn flash_grid(method: Method, problem: &Problem, block_m: u32) -> Result<(u32, u32, u32), InvalidInput> {
+/// Grid of the flash kernels: (query tiles of the longest sequence × splits) × heads ×
+/// sequences, within CUDA's limits.
+fn flash_grid(
+    method: Method,
+    problem: &Problem,
+    block_m: u32,
+    splits: usize,
+) -> Result<(u32, u32, u32), InvalidInput> {
     let grid = [
-        problem.max_lens().0.div_ceil(block_m as usize) as u64,
+        problem.max_lens().0.div_ceil(block_m as usize) as u64 * splits as u64,
         problem.q().heads as u64,
         problem.batch() as u64,
     ];
@@ -379,6 +524,7 @@ fn offsets_bytes(problem: &Problem) -> u64 {
     problem.varlen().map_or(0, |v| 8 * v.cu_seqlens_q.len() as u64)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn flash_plan(
     method: Method,
     props: &DeviceProps,
@@ -387,9 +533,10 @@ fn flash_plan(
     (block_m, block_n): (u32, u32),
     threads: u32,
     shared_bytes: u32,
+    splits: usize,
 ) -> Result<Plan, InvalidInput> {
     let kernel = kernel_on(method, props, family)?;
-    let grid = flash_grid(method, problem, block_m)?;
+    let grid = flash_grid(method, problem, block_m, splits)?;
     let launch = Launch {
         kind: LaunchKind::Kernel(kernel.name()),
         grid,
@@ -398,13 +545,83 @@ fn flash_plan(
         count: 1,
         kernel: Some(kernel),
     };
+    let mut launches = vec![launch];
+    let mut scratch_bytes = offsets_bytes(problem);
+    if splits > 1 {
+        let Some(Elem16(e)) = combine_elem(family) else {
+            return Err(unsupported(method, Reason::NoSplitKv));
+        };
+        let combine = kernel_on(method, props, Family::Combine(e))?;
+        let rows = problem.max_lens().0.div_ceil(COMBINE_WARPS as usize) as u32;
+        launches.push(Launch {
+            kind: LaunchKind::Kernel(combine.name()),
+            grid: (rows, grid.1, grid.2),
+            threads: 32 * COMBINE_WARPS,
+            shared_bytes: 0,
+            count: 1,
+            kernel: Some(combine),
+        });
+        scratch_bytes += partial_bytes(problem, splits);
+    }
     Ok(Plan {
         method,
-        launches: vec![launch],
+        launches,
         tiles: Some((block_m as usize, block_n as usize)),
-        scratch_bytes: offsets_bytes(problem),
+        scratch_bytes,
         not_taken: Vec::new(),
+        splits,
+        gqa_packed: false,
+        why: Vec::new(),
     })
+}
+
+/// The element type of a split-KV kernel's combine.
+struct Elem16(flashattn_kernels::registry::Elem);
+
+fn combine_elem(family: Family) -> Option<Elem16> {
+    match family {
+        Family::FlashMma(e, _) => Some(Elem16(e)),
+        _ => None,
+    }
+}
+
+/// Device bytes of split-KV's partial results: an f32 output row and log-sum-exp per split and
+/// query row.
+pub(crate) fn partial_bytes(problem: &Problem, splits: usize) -> u64 {
+    4 * splits as u64 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 1)
+}
+
+/// Blocks of `config` one SM holds at once: by shared memory (1 KiB of it reserved per block by
+/// the hardware) and by registers (at most 255 a thread, at least `min_blocks` by the launch
+/// bounds).
+fn resident_blocks(props: &DeviceProps, config: &MmaConfig) -> u64 {
+    let by_shared = props.shared_per_sm as u64 / (config.shared_bytes() as u64 + 1024);
+    let by_registers = (65_536 / (config.threads() as u64 * 256)).max(config.min_blocks as u64);
+    by_shared.min(by_registers).max(1)
+}
+
+/// Split-KV's split count: 1 when the query tiles fill at least 80% of the GPU's resident
+/// blocks, else the smallest count whose waves of blocks are within 85% of the best
+/// efficiency (a wave's tail idles SMs), at most one split per key tile and [`MAX_SPLITS`] — the
+/// rule FlashAttention-2 uses.
+fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> usize {
+    let (max_q, max_k) = problem.max_lens();
+    let blocks =
+        max_q.div_ceil(config.block_m as usize) as u64 * problem.q().heads as u64 * problem.batch() as u64;
+    let capacity = props.sm_count as u64 * resident_blocks(props, config);
+    if blocks == 0 || 5 * blocks >= 4 * capacity {
+        return 1;
+    }
+    let key_tiles = max_k.div_ceil(config.block_n as usize).max(1);
+    let most = key_tiles.min(MAX_SPLITS);
+    let efficiency = |s: usize| {
+        let waves = (blocks * s as u64) as f64 / capacity as f64;
+        waves / waves.ceil()
+    };
+    // A split count is worth considering only if it changes the keys per split.
+    let distinct = |s: usize| s == 1 || key_tiles.div_ceil(s) != key_tiles.div_ceil(s - 1);
+    let best = (1..=most).filter(|&s| distinct(s)).map(efficiency).fold(0.0, f64::max);
+    (1..=most).find(|&s| distinct(s) && efficiency(s) >= 0.85 * best).unwrap_or(1)
 }
 
 /// The kernel of `family` if it exists on the device's target.
@@ -422,15 +639,17 @@ fn plan_mma(
     props: &DeviceProps,
     dtype: DType,
     problem: &Problem,
-    tiles: Tiles,
+    opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     let method = Method::FlashTensorCore;
+    let tiles = opts.tiles;
     if dtype == DType::F32 {
         return Err(unsupported(method, Reason::DType { dtype }));
     }
     let d = problem.head_dim();
     let default = mma_default(d as u32, problem.causal(), problem.max_lens().0).ok_or_else(|| {
-        let mut supported: Vec<u32> = MMA_CONFIGS.iter().map(|c| c.head_dim).collect();
+        let mut supported: Vec<u32> =
+            MMA_CONFIGS.iter().filter(|c| !c.is_decode()).map(|c| c.head_dim).collect();
         supported.sort_unstable();
         supported.dedup();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
@@ -444,18 +663,43 @@ fn plan_mma(
             ));
         }
     }
+    let mut why = Vec::new();
+    // Decoding with grouped K/V heads: the query heads of a group become the rows of one tile.
+    let packed = problem.gqa_packed();
+    let eff = packed.as_ref().unwrap_or(problem);
+    if packed.is_some() {
+        why.push(format!(
+            "GQA packing: one query token, {} query heads per K/V head are the rows of one tile \
+             (K/V read once per group)",
+            problem.group_size()
+        ));
+    }
+    let rows = eff.max_lens().0;
     // A tile override picks one of the instantiated configurations of this head dim.
     let index = match (tiles.block_m, tiles.block_n) {
+        (None, None) if rows <= 16 => {
+            let i = mma_decode(d as u32).unwrap_or(default);
+            why.push(format!("decode instance: {rows} query rows per tile, one warp per block"));
+            i
+        }
         (None, None) => default,
         (m, n) => {
             let c = MMA_CONFIGS[default];
             let (m, n) = (m.unwrap_or(c.block_m as usize), n.unwrap_or(c.block_n as usize));
-            let found =
-                u32::try_from(m).ok().zip(u32::try_from(n).ok()).and_then(|(m, n)| mma_find(d as u32, m, n));
+            let found = u32::try_from(m)
+                .ok()
+                .zip(u32::try_from(n).ok())
+                .filter(|&(m, n)| m > 0 && n > 0)
+                .and_then(|(m, n)| mma_find(d as u32, m, n));
             found.ok_or_else(|| {
                 let available = MMA_CONFIGS
                     .iter()
-                    .filter(|c| c.head_dim as usize == d)
+                    .filter(|c| c.runs(d as u32))
+                    .filter(|c| {
+                        c.is_decode()
+                            || (c.head_dim, c.pad)
+                                == (MMA_CONFIGS[default].head_dim, MMA_CONFIGS[default].pad)
+                    })
                     .map(|c| (c.block_m, c.block_n))
                     .collect();
                 tile_error(method, tiles, TileError::NotInstantiated { head_dim: d, available })
@@ -467,18 +711,38 @@ fn plan_mma(
     if config.shared_bytes() > limit {
         return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
     }
+    let splits = match opts.splits {
+        Some(s) => s,
+        None => choose_splits(props, eff, &config),
+    };
+    if splits > 1 {
+        why.push(format!(
+            "split-KV: {} query tiles fill too little of {} SMs, so each tile's keys are split {splits} ways \
+             and a combine kernel merges them",
+            eff.max_lens().0.div_ceil(config.block_m as usize) * eff.q().heads * eff.batch(),
+            props.sm_count
+        ));
+    }
     let family = Family::FlashMma(elem(dtype), index);
     let tiles = (config.block_m, config.block_n);
-    flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes())
+    let mut plan =
+        flash_plan(method, props, eff, family, tiles, config.threads(), config.shared_bytes(), splits)?;
+    plan.gqa_packed = packed.is_some();
+    plan.why = why;
+    Ok(plan)
 }
 
 fn plan_simt(
     props: &DeviceProps,
     dtype: DType,
     problem: &Problem,
-    tiles: Tiles,
+    opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     let method = Method::Flash;
+    let tiles = opts.tiles;
+    if opts.splits.is_some_and(|s| s > 1) {
+        return Err(unsupported(method, Reason::NoSplitKv));
+    }
     let d = problem.head_dim();
     let default = SimtConfig::default_for(d as u32)
         .ok_or_else(|| unsupported(method, Reason::HeadDim { head_dim: d, supported: vec![256] }))?;
@@ -514,7 +778,7 @@ fn plan_simt(
     }
     let family = Family::FlashSimt(elem(dtype), config.padded_dim);
     let tiles = (config.block_m, config.block_n);
-    flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes())
+    flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes(), 1)
 }
 
 /// The leading dimension cuBLAS sees for a tensor's rows (its token stride; for a single token
@@ -535,10 +799,14 @@ pub(crate) fn standard_matrix_elems(problem: &Problem) -> Option<u64> {
     }
 }
 
-fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, InvalidInput> {
+fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Plan, InvalidInput> {
     let method = Method::Standard;
+    let tiles = opts.tiles;
     if tiles != Tiles::default() {
         return Err(tile_error(method, tiles, TileError::NotTiled));
+    }
+    if opts.splits.is_some_and(|s| s > 1) {
+        return Err(unsupported(method, Reason::NoSplitKv));
     }
     let d = problem.head_dim();
     let i32_max = i32::MAX as u128;
@@ -550,6 +818,9 @@ fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, 
             tiles: None,
             scratch_bytes: 0,
             not_taken: Vec::new(),
+            splits: 1,
+            gqa_packed: false,
+            why: Vec::new(),
         });
     }
     for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
@@ -612,5 +883,14 @@ fn plan_standard(dtype: DType, problem: &Problem, tiles: Tiles) -> Result<Plan, 
         },
         gemm("O = P·V"),
     ];
-    Ok(Plan { method, launches, tiles: None, scratch_bytes: bytes as u64, not_taken: Vec::new() })
+    Ok(Plan {
+        method,
+        launches,
+        tiles: None,
+        scratch_bytes: bytes as u64,
+        not_taken: Vec::new(),
+        splits: 1,
+        gqa_packed: false,
+        why: Vec::new(),
+    })
 }

@@ -239,7 +239,14 @@ pub struct AttentionOptions {
     pub method: Method,
     /// Tile-size override (checked; an invalid one is an error, not a failed launch).
     pub tiles: Tiles,
+    /// Split-KV override for the tensor-core kernel: how many blocks share each query tile's
+    /// keys (`Some(1)`: no split). `None` lets the planner choose from the SM count and the
+    /// shape ([`crate::Plan::splits`] says what it chose). At most [`MAX_SPLITS`].
+    pub splits: Option<usize>,
 }
+
+/// The most key splits one query tile may have (split-KV).
+pub const MAX_SPLITS: usize = 128;
 
 /// A validated attention problem: shapes, strides and options that every path agrees on.
 ///
@@ -490,6 +497,28 @@ impl Problem {
     #[inline]
     pub fn key_end(&self, t: usize, len_q: usize, len_k: usize) -> usize {
         if self.causal { flashattn_kernels::mask::key_end_usize(t + 1, len_q, len_k) } else { len_k }
+    }
+
+    /// The same problem with the query heads that share a K/V head packed into the rows of one
+    /// query tile, so that K and V are read once per group instead of once per query head: for
+    /// one query token per sequence (decoding) in a fixed-length batch with grouped K/V heads.
+    /// Query head `h = kv·G + g` of batch entry `b` becomes query token `g` of head `kv`: Q and
+    /// O are re-addressed (token stride = the head stride, head stride = `G·` the head stride),
+    /// nothing is copied, and the log-sum-exp rows keep their places (`(b·H_kv + kv)·G + g`
+    /// = `b·H + h`). A single query sees every key with or without the causal mask.
+    pub(crate) fn gqa_packed(&self) -> Option<Problem> {
+        let g = self.group_size();
+        if self.varlen.is_some() || self.q.seqlen != 1 || g < 2 {
+            return None;
+        }
+        let pack = |l: &Layout| Layout {
+            seqlen: g,
+            heads: l.heads / g,
+            seq_stride: l.head_stride,
+            head_stride: l.head_stride.saturating_mul(g),
+            ..*l
+        };
+        Some(Problem { q: pack(&self.q), o: pack(&self.o), causal: false, varlen: None, ..self.clone() })
     }
 
     /// Attention FLOPs by the usual convention: `4·Σ(Nq·Nk)·heads·d` (two matrix products),

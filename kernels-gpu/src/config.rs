@@ -81,6 +81,11 @@ impl MmaConfig {
         self.rows_per_warp() == 16 && self.head_dim <= 128
     }
 
+    /// Whether this is a decode instance: one warp, 16 query rows (see [`mma_decode`]).
+    pub const fn is_decode(&self) -> bool {
+        self.warps == 1 && self.block_m == 16
+    }
+
     /// Whether the configuration is one the kernel can run: whole `mma` tiles per warp, a head
     /// dim of whole `k16` steps (exact instances: 64, 128 or 256, the tile row itself), tile rows
     /// every thread copies in whole passes, and the Hopper shared-memory budget.
@@ -108,25 +113,48 @@ const _: () = {
     }
 };
 
-/// Index into [`MMA_CONFIGS`] of the configuration the library runs for head dim `head_dim`: the
-/// first exact instance of that head dim if there is one (the tuned default, `NOTES.md`), else
-/// the first padded instance of the smallest head dim that holds it. The shape is an argument so
-/// that a choice by causality or length stays in this one place if measurements ever call for
-/// it.
+/// Index into [`MMA_CONFIGS`] of the configuration the library runs for head dim `head_dim`
+/// when the query tiles are full: the first exact instance of that head dim if there is one
+/// (the tuned default, `NOTES.md`), else the first padded instance of the smallest head dim that
+/// holds it. Decode instances ([`MmaConfig::is_decode`]) are [`mma_decode`]'s. The shape is an
+/// argument so that a choice by causality or length stays in this one place if measurements
+/// ever call for it.
 pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Option<usize> {
     let _ = (causal, max_seqlen_q);
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
-        if MMA_CONFIGS[i].pad == 0 && MMA_CONFIGS[i].head_dim == head_dim {
+        let c = MMA_CONFIGS[i];
+        if c.pad == 0 && c.head_dim == head_dim && !c.is_decode() {
             return Some(i);
         }
         i += 1;
     }
+    smallest_running(head_dim, 1, false, 0, 0)
+}
+
+/// Index of the decode instance for head dim `head_dim`: one warp and 16 query rows per block,
+/// for problems whose query tiles hold at most 16 rows (one query token per sequence, its
+/// query heads packed into the rows), so that no warp computes on empty rows and more blocks
+/// share an SM to keep K/V loads in flight.
+pub const fn mma_decode(head_dim: u32) -> Option<usize> {
+    smallest_running(head_dim, 1, true, 0, 0)
+}
+
+/// The first instance of the smallest head dim that runs `head_dim`, with `pad` (or any, for
+/// 2), decode or not, and these tiles (0: any).
+const fn smallest_running(
+    head_dim: u32,
+    pad: u32,
+    decode: bool,
+    block_m: u32,
+    block_n: u32,
+) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
-        if c.pad == 1 && c.runs(head_dim) {
+        let tiles = (block_m == 0 || c.block_m == block_m) && (block_n == 0 || c.block_n == block_n);
+        if (pad == 2 || c.pad == pad) && c.is_decode() == decode && c.runs(head_dim) && tiles {
             best = match best {
                 Some(b) if MMA_CONFIGS[b].head_dim <= c.head_dim => Some(b),
                 _ => Some(i),
@@ -138,8 +166,12 @@ pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Op
 }
 
 /// Index of the configuration with these tiles among those of the kind [`mma_default`] picks
-/// for `head_dim` (exact, or padded of the same instance head dim), if one is instantiated.
+/// for `head_dim` (exact, or padded of the same instance head dim), else among the decode
+/// instances that run it, if one is instantiated.
 pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
+    if block_m == 0 || block_n == 0 {
+        return None;
+    }
     let base = match mma_default(head_dim, false, 0) {
         Some(i) => MMA_CONFIGS[i],
         None => return None,
@@ -152,7 +184,7 @@ pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize
         }
         i += 1;
     }
-    None
+    smallest_running(head_dim, 2, true, block_m, block_n)
 }
 
 /// The general (CUDA-core) kernel's tile choice: query rows per block and keys per shared tile.
@@ -259,5 +291,16 @@ mod tests {
             let d = if c.pad == 1 && c.head_dim % 64 == 0 { c.head_dim - 8 } else { c.head_dim };
             assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i), "{c:?}");
         }
+    }
+
+    #[test]
+    fn decode_instances_run_every_head_dim() {
+        for d in (8..=256).step_by(8) {
+            let c = MMA_CONFIGS[mma_decode(d).unwrap()];
+            assert!(c.is_decode() && c.runs(d), "d = {d}: {c:?}");
+            assert!(!MMA_CONFIGS[mma_default(d, false, 1).unwrap()].is_decode(), "d = {d}");
+        }
+        assert_eq!(mma_decode(59), None);
+        assert_eq!(mma_decode(264), None);
     }
 }

@@ -75,8 +75,27 @@ pub struct AttnParams {
     pub block_n: u32,
     /// Row stride of the log-sum-exp output (seqlen_q, or total query tokens for varlen).
     pub lse_seq_stride: u32,
-    /// Must be 0.
-    pub _pad: u32,
+    /// Split-KV: how many blocks share each query tile's keys (1: no split). With more than one,
+    /// grid `x` is `query tiles × splits`, and block `x` takes split `x % splits` of its query
+    /// tile's key tiles; it writes its normalised output and log-sum-exp in f32 to `partial_o` /
+    /// `partial_lse` instead of `o` / `lse`, and the combine kernel merges the splits.
+    pub splits: u32,
+    /// Split-KV partial outputs (f32): split `s`, row `r` (a log-sum-exp index, [`lse_index`]),
+    /// column `c` at `(s·partial_rows + r)·head_dim + c`.
+    pub partial_o: u64,
+    /// Split-KV partial log-sum-exps (f32): split `s`, row `r` at `s·partial_rows + r`.
+    pub partial_lse: u64,
+    /// Rows of one split's partial results (the log-sum-exp output's length).
+    pub partial_rows: u64,
+}
+
+/// Query rows (one per warp) per block of the split-KV combine kernel.
+pub const COMBINE_WARPS: u32 = 4;
+
+/// Element offset of split `split`'s row `row` in the partial outputs (f32, `head_dim` a row).
+#[inline(always)]
+pub const fn partial_index(split: u64, partial_rows: u64, row: u64) -> u64 {
+    split * partial_rows + row
 }
 
 /// The most tokens one sequence (and one packed tensor) may hold: the kernels count tokens in

@@ -66,6 +66,8 @@ pub enum Family {
     FlashMma(Elem, usize),
     /// The row softmax of standard attention (`SoftmaxParams`).
     SoftmaxRows(Elem),
+    /// The split-KV combine kernel (`AttnParams`): merges the splits' partial outputs.
+    Combine(Elem),
 }
 
 /// One entry point.
@@ -89,8 +91,9 @@ impl KernelInfo {
 /// Calls `$m!` with the tensor-core instances, one `(head_dim, block_m, block_n, warps,
 /// min_blocks, v_stages, pad)` group each. The first exact instance (`pad` 0) of a head dim is
 /// its default (the tuned choice, `NOTES.md`); padded instances (`pad` 1) run every smaller head
-/// dim down to the next instance; the others are variants a tile override selects, so that the
-/// bench can sweep them.
+/// dim down to the next instance; one-warp instances of 16 rows (padded) are the decode kernels
+/// ([`crate::config::mma_decode`]); the others are variants a tile override selects, so that
+/// the bench can sweep them.
 #[macro_export]
 macro_rules! for_each_mma_instance {
     ($m:ident $(, $arg:tt)*) => {
@@ -99,7 +102,6 @@ macro_rules! for_each_mma_instance {
             (64, 128, 64, 4, 1, 1, 0)
             (64, 64, 64, 4, 3, 2, 0)
             (128, 128, 64, 4, 1, 2, 0)
-            (128, 128, 32, 4, 1, 2, 0)
             (128, 64, 64, 4, 1, 1, 0)
             (256, 64, 64, 4, 1, 1, 0)
             (256, 128, 64, 8, 1, 1, 0)
@@ -111,6 +113,9 @@ macro_rules! for_each_mma_instance {
             (192, 64, 64, 4, 1, 1, 1)
             (224, 64, 64, 4, 1, 1, 1)
             (256, 128, 64, 8, 1, 1, 1)
+            (64, 16, 64, 1, 4, 2, 1)
+            (128, 16, 64, 1, 4, 2, 1)
+            (256, 16, 32, 1, 2, 1, 1)
         }
     };
 }
@@ -176,7 +181,7 @@ macro_rules! simt_table {
 for_each_simt_instance!(simt_table);
 
 const ELEMS: [Elem; 3] = [Elem::F16, Elem::Bf16, Elem::F32];
-const FIXED: [(&str, Family); 7] = [
+const FIXED: [(&str, Family); 9] = [
     ("fill_u16", Family::Fill(2)),
     ("fill_u32", Family::Fill(4)),
     ("fill_rows_u16", Family::FillRows(2)),
@@ -184,6 +189,8 @@ const FIXED: [(&str, Family); 7] = [
     ("softmax_rows_f16", Family::SoftmaxRows(Elem::F16)),
     ("softmax_rows_bf16", Family::SoftmaxRows(Elem::Bf16)),
     ("softmax_rows_f32", Family::SoftmaxRows(Elem::F32)),
+    ("flash_combine_f16", Family::Combine(Elem::F16)),
+    ("flash_combine_bf16", Family::Combine(Elem::Bf16)),
 ];
 
 /// Number of entry points.

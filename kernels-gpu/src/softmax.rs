@@ -32,7 +32,7 @@
 //! This module is the one implementation of the recurrence: the GPU kernels and the CPU tiled
 //! implementation both call it. (The f64 test oracle does not: it is the independent check.)
 
-use crate::math::{LN_2, exp2, fma, log2};
+use crate::math::{LN_2, LOG2_E, exp2, fma, log2};
 
 /// Largest `|max·scale_log2|` for which the one-FMA probability ([`BlockStep::prob`]) is used:
 /// its rounding error `δ` is then at most 2^5 in the exponent, a common factor `2^δ` that
@@ -185,10 +185,70 @@ impl OnlineSoftmax {
     }
 }
 
+/// Merging split-KV partial results: each split of a row's keys finished on its own, with a
+/// normalised output `o_s` and a log-sum-exp `lse_s`; the row's output is
+/// `Σ_s w_s·o_s / Σ_s w_s` with `w_s = exp(lse_s − max_s lse_s)`, and its log-sum-exp is
+/// `max + ln Σ_s w_s`. Two passes over the splits' log-sum-exps: [`SplitMerge::see`] each
+/// (the maximum), then [`SplitMerge::weight`] each, and [`SplitMerge::finish`] with the sum.
+///
+/// The same rules as one pass over all keys: a split that saw no visible key (`lse_s = -inf`)
+/// weighs 0; a row whose every split is empty finishes with output 0 (or NaN, if a split's
+/// output is NaN, as an unsplit pass that met NaN values would) and log-sum-exp `-inf`; a NaN
+/// log-sum-exp makes the row NaN.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SplitMerge {
+    /// The largest log-sum-exp seen (NaN once a NaN was seen; `-inf` while every split is empty).
+    pub max: f32,
+}
+
+impl Default for SplitMerge {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SplitMerge {
+    /// Before any split.
+    #[inline(always)]
+    pub const fn new() -> Self {
+        SplitMerge { max: f32::NEG_INFINITY }
+    }
+
+    /// Folds one split's log-sum-exp into the maximum (NaN sticks).
+    #[inline(always)]
+    pub fn see(&mut self, lse: f32) {
+        if lse.is_nan() || lse > self.max {
+            self.max = lse;
+        }
+    }
+
+    /// The weight of a split with log-sum-exp `lse`, once every split was seen: 0 for an empty
+    /// split and for every split of a row with no visible key, 1 for the largest.
+    #[inline(always)]
+    pub fn weight(&self, lse: f32) -> f32 {
+        if self.max == f32::NEG_INFINITY {
+            0.0
+        } else if lse == self.max {
+            1.0
+        } else {
+            exp2((lse - self.max) * LOG2_E)
+        }
+    }
+
+    /// The normaliser (multiply `Σ w_s·o_s` by `inv_sum`) and the row's log-sum-exp, from the sum
+    /// of the weights.
+    #[inline(always)]
+    pub fn finish(&self, weight_sum: f32) -> RowResult {
+        if weight_sum == 0.0 {
+            return RowResult { inv_sum: 0.0, lse: f32::NEG_INFINITY };
+        }
+        RowResult { inv_sum: 1.0 / weight_sum, lse: self.max + log2(weight_sum) * LN_2 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::math::LOG2_E;
     use std::vec::Vec;
 
     /// Straightforward softmax-weighted sum of scalar "values" in f64.
@@ -304,5 +364,60 @@ mod tests {
         let mut empty = OnlineSoftmax::new();
         empty.merge(OnlineSoftmax { max: f32::NEG_INFINITY, sum: f32::NAN }, c2);
         assert!(empty.sum.is_nan() && empty.finish(c2).lse.is_nan());
+    }
+
+    /// Splits a row into pieces, finishes each, merges them: the same as one pass.
+    fn split_then_merge(scores: &[f32], values: &[f32], c: f32, cuts: &[usize]) -> (f32, f32) {
+        let mut parts = Vec::new();
+        let mut start = 0;
+        for &end in cuts.iter().chain(core::iter::once(&scores.len())) {
+            parts.push(tiled(&scores[start..end], &values[start..end], c, 3));
+            start = end;
+        }
+        let mut m = SplitMerge::new();
+        parts.iter().for_each(|&(_, lse)| m.see(lse));
+        let (mut acc, mut sum) = (0.0f32, 0.0f32);
+        for &(o, lse) in &parts {
+            let w = m.weight(lse);
+            acc += w * o;
+            sum += w;
+        }
+        let r = m.finish(sum);
+        (acc * r.inv_sum, r.lse)
+    }
+
+    #[test]
+    fn split_merge_matches_one_pass() {
+        let scores: Vec<f32> = (0..41).map(|i| ((i * 7919) % 103) as f32 / 9.0 - 5.0).collect();
+        let values: Vec<f32> = (0..41).map(|i| ((i * 37) % 19) as f32 / 7.0 - 1.0).collect();
+        let (o, lse) = direct(&scores, &values, 0.4);
+        for cuts in [&[][..], &[1], &[20], &[0, 0, 13, 13, 40], &[5, 10, 15, 20, 25, 30, 35]] {
+            let (so, sl) = split_then_merge(&scores, &values, 0.4, cuts);
+            assert!((so as f64 - o).abs() < 1e-5, "cuts {cuts:?}: {so} vs {o}");
+            assert!((sl as f64 - lse).abs() < 1e-4, "cuts {cuts:?}: lse {sl} vs {lse}");
+        }
+    }
+
+    #[test]
+    fn split_merge_masked_and_nan() {
+        // A split with every key masked weighs nothing; all of them masked is the masked row.
+        let mut scores = [f32::NEG_INFINITY; 12];
+        scores[10] = 2.0;
+        let values = [3.0f32; 12];
+        let (o, lse) = split_then_merge(&scores, &values, 1.0, &[4, 8]);
+        assert!((o - 3.0).abs() < 1e-6 && (lse - 2.0).abs() < 1e-6, "{o} {lse}");
+        let (o, lse) = split_then_merge(&[f32::NEG_INFINITY; 6], &[1.0; 6], 1.0, &[2, 4]);
+        assert_eq!((o, lse), (0.0, f32::NEG_INFINITY));
+        // A NaN score in any split makes the row NaN.
+        let mut scores = [1.0f32; 9];
+        scores[7] = f32::NAN;
+        let (o, lse) = split_then_merge(&scores, &[1.0; 9], 1.0, &[3, 6]);
+        assert!(o.is_nan() && lse.is_nan(), "{o} {lse}");
+        // An infinite log-sum-exp (a huge scale) is the largest and weighs 1.
+        let mut m = SplitMerge::new();
+        m.see(1.0);
+        m.see(f32::INFINITY);
+        assert_eq!((m.weight(f32::INFINITY), m.weight(1.0)), (1.0, 0.0));
+        assert_eq!(m.finish(1.0).lse, f32::INFINITY);
     }
 }

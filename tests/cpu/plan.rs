@@ -30,7 +30,8 @@ fn auto_takes_tensor_cores_where_they_apply() {
                 let c = MMA_CONFIGS[mma_default(d as u32, false, 1000).unwrap()];
                 assert_eq!(p.tiles, Some((c.block_m as usize, c.block_n as usize)));
                 let main = p.main_launch().unwrap();
-                assert_eq!(main.grid, (1000u32.div_ceil(c.block_m), 4, 2));
+                // 2·4 heads of 1000 queries may not fill the GPU: then the keys are split too.
+                assert_eq!(main.grid, (1000u32.div_ceil(c.block_m) * p.splits as u32, 4, 2));
                 assert_eq!((main.threads, main.shared_bytes), (c.threads(), c.shared_bytes()));
             }
         }
@@ -42,9 +43,11 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     let h200 = DeviceProps::h200();
     let opts = AttentionOptions::default();
     let l = Layout::bshd(1, 64, 2, 64);
-    // f32: the tensor-core kernel has no f32 path.
+    // f32: the tensor-core kernel has no f32 path; cuBLAS standard attention is faster than
+    // the CUDA-core kernel where its N×N matrices fit (rule 2).
     let p = plan(&h200, DType::F32, &problem(l, l, &opts), &opts).unwrap();
-    assert_eq!(p.method, Method::Flash);
+    assert_eq!(p.method, Method::Standard);
+    assert!(p.why[0].starts_with("auto rule 2"), "{p}");
     assert_eq!(p.not_taken[0].method, Method::FlashTensorCore);
     assert_eq!(p.not_taken[0].reason, Reason::DType { dtype: DType::F32 });
     assert!(p.to_string().contains("not flash-tc: f32"), "{p}");
@@ -228,4 +231,116 @@ fn standard_plan_lists_its_launches() {
     ));
     assert_eq!(p.launches[0].count, 2, "one GEMM per query head of a group");
     assert_eq!(p.scratch_bytes, 2 * 4 * 64 * 80 * (4 + 2));
+}
+
+/// Llama-3-8B decoding (32 query heads over 8 K/V heads, d = 128, one query token): the query
+/// heads of a group are packed into one tile, the one-warp decode instance runs it, the keys are
+/// split across blocks, and a combine kernel merges them.
+#[test]
+fn decode_packs_query_heads_and_splits_the_keys() {
+    let h200 = DeviceProps::h200();
+    let opts = AttentionOptions::default();
+    for (batch, cache) in [(1, 1024), (4, 16384), (16, 4096), (64, 131_072)] {
+        let (q, kv) = (Layout::bshd(batch, 1, 32, 128), Layout::bshd(batch, cache, 8, 128));
+        let pr = problem(q, kv, &opts);
+        let p = plan(&h200, DType::BF16, &pr, &opts).unwrap();
+        assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+        assert!(p.gqa_packed, "{p}");
+        assert!(p.kernel().contains("_m16_n64_w1_"), "the decode instance: {p}");
+        let main = p.main_launch().unwrap();
+        // One query tile (4 packed rows) per (sequence, K/V head), times the splits.
+        assert_eq!(main.grid, (p.splits as u32, 8, batch as u32), "{p}");
+        let blocks = 8 * batch * p.splits;
+        assert!(p.splits <= cache.div_ceil(64), "at most one split per key tile: {p}");
+        if 8 * batch < 132 {
+            let fills = blocks >= 132 || p.splits == cache.div_ceil(64);
+            assert!(p.splits > 1 && fills, "the splits fill the GPU, or one per key tile: {p}");
+            assert_eq!(p.launches.len(), 2, "{p}");
+            assert!(p.launches[1].kind == LaunchKind::Kernel("flash_combine_bf16"), "{p}");
+            // The combine sees the packed problem too: 4 rows of 8 heads per sequence.
+            assert_eq!(p.launches[1].grid, (1, 8, batch as u32));
+            let partials = 4 * p.splits as u64 * (batch * 32) as u64 * 129;
+            assert_eq!(p.scratch_bytes, partials, "{p}");
+            assert!(p.to_string().contains("split-KV"), "{p}");
+        }
+        assert!(p.to_string().contains("GQA packing"), "{p}");
+    }
+    // Multi-head decoding (no groups) is not packed, but still runs the decode instance.
+    let (q, kv) = (Layout::bshd(2, 1, 8, 64), Layout::bshd(2, 4096, 8, 64));
+    let p = plan(&h200, DType::F16, &problem(q, kv, &opts), &opts).unwrap();
+    assert!(!p.gqa_packed && p.kernel().contains("_m16_"), "{p}");
+    // Varlen decoding is not packed (the query tokens of a sequence are its rows).
+    let vl = flashattn::VarLen::from_lengths(&[1, 1], &[100, 300]).unwrap();
+    let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
+    let (q, kv) = (Layout::packed(2, 8, 128), Layout::packed(400, 2, 128));
+    let p = plan(&h200, DType::BF16, &problem(q, kv, &vopts), &vopts).unwrap();
+    assert!(!p.gqa_packed && p.method == Method::FlashTensorCore, "{p}");
+}
+
+/// Full query tiles are not split; a split override is honoured and checked.
+#[test]
+fn split_kv_is_chosen_by_occupancy_and_can_be_overridden() {
+    let h200 = DeviceProps::h200();
+    let l = Layout::bshd(4, 4096, 16, 128);
+    let opts = AttentionOptions::default();
+    let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+    assert_eq!(
+        (p.splits, p.launches.len(), p.scratch_bytes),
+        (1, 1, 0),
+        "the headline shape fills the GPU: {p}"
+    );
+    let small = Layout::bshd(1, 4096, 2, 128);
+    let p = plan(&h200, DType::BF16, &problem(small, small, &opts), &opts).unwrap();
+    assert!(p.splits > 1, "{p}");
+    for splits in [1, 3, 128] {
+        let o = AttentionOptions { splits: Some(splits), ..Default::default() };
+        let p = plan(&h200, DType::BF16, &problem(l, l, &o), &o).unwrap();
+        assert_eq!(p.splits, splits);
+        assert_eq!(
+            p.main_launch().unwrap().grid.0,
+            4096u32.div_ceil(p.tiles.unwrap().0 as u32) * splits as u32
+        );
+        assert_eq!(p.launches.len(), if splits > 1 { 2 } else { 1 });
+    }
+    for splits in [0, 129] {
+        let o = AttentionOptions { splits: Some(splits), ..Default::default() };
+        let r = plan(&h200, DType::BF16, &problem(l, l, &o), &o);
+        assert!(matches!(r, Err(InvalidInput::Tiles { reason: TileError::Splits { .. }, .. })), "{r:?}");
+    }
+    // Only the tensor-core kernel splits the keys.
+    for method in [Method::Flash, Method::Standard] {
+        let o = AttentionOptions { splits: Some(2), method, ..Default::default() };
+        let r = plan(&h200, DType::BF16, &problem(l, l, &o), &o);
+        assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::NoSplitKv, .. })), "{r:?}");
+    }
+}
+
+/// Each rule of `Auto`'s table, where the previous ones do not apply.
+#[test]
+fn auto_follows_its_rule_table() {
+    let h200 = DeviceProps::h200();
+    let opts = AttentionOptions::default();
+    assert_eq!(
+        flashattn::AUTO_RULES.map(|r| r.method),
+        [Method::FlashTensorCore, Method::Standard, Method::Flash]
+    );
+    // Rule 1.
+    let l = Layout::bshd(2, 512, 4, 64);
+    let p = plan(&h200, DType::F16, &problem(l, l, &opts), &opts).unwrap();
+    assert!(p.method == Method::FlashTensorCore && p.why[0].starts_with("auto rule 1"), "{p}");
+    // Rule 2: f32 with N×N matrices inside the budget.
+    let p = plan(&h200, DType::F32, &problem(l, l, &opts), &opts).unwrap();
+    assert!(p.method == Method::Standard && p.why[0].starts_with("auto rule 2"), "{p}");
+    // Rule 3: f32 whose N×N matrices exceed 1/16 of the device (8 × 16 heads × 32k² × 8 B = 1 TiB).
+    let big = Layout::bshd(8, 32_768, 16, 64);
+    let p = plan(&h200, DType::F32, &problem(big, big, &opts), &opts).unwrap();
+    assert_eq!(p.method, Method::Flash, "{p}");
+    assert!(matches!(p.not_taken[1].reason, Reason::ScratchBudget { .. }), "{p}");
+    // Rule 3: varlen f32.
+    let vl = flashattn::VarLen::from_lengths(&[10, 20], &[10, 20]).unwrap();
+    let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
+    let pl = Layout::packed(30, 2, 64);
+    let p = plan(&h200, DType::F32, &problem(pl, pl, &vopts), &vopts).unwrap();
+    assert_eq!(p.method, Method::Flash, "{p}");
+    assert_eq!(p.not_taken[1].reason, Reason::VarLen, "{p}");
 }

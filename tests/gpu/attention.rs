@@ -33,6 +33,9 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::invalid_input_writes_nothing", invalid_writes_nothing),
     ("attention::tile_overrides_checked", tile_overrides),
     ("attention::auto_picks_tensor_cores", auto_plan),
+    ("attention::split_kv_f16", split_kv::<f16>),
+    ("attention::split_kv_bf16", split_kv::<bf16>),
+    ("attention::gqa_packing_decode", gqa_packing),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -220,6 +223,7 @@ fn spec(
         causal,
         scale: None,
         tiles: Tiles::default(),
+        splits: None,
         layout,
         values: Values::Normal,
     }
@@ -431,13 +435,88 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
         (DType::BF16, 96, Method::FlashTensorCore),
         (DType::F16, 40, Method::FlashTensorCore),
         // d = 59: not a multiple of 8 (and contiguous strides of 59·4 elements are not 16-byte
-        // multiples).
-        (DType::BF16, 59, Method::Flash),
-        (DType::F32, 128, Method::Flash),
+        // multiples): standard attention, whose N×N matrices are small here (rule 2), as for f32.
+        (DType::BF16, 59, Method::Standard),
+        (DType::F32, 128, Method::Standard),
     ] {
         let got = plan_for(dtype, d)?;
         if got != expect {
             return Err(format!("{dtype} d={d}: auto chose {got}, expected {expect}"));
+        }
+    }
+    Ok(())
+}
+
+/// Split-KV through the tensor-core kernel: split counts that do not divide the key tiles, more
+/// splits than key tiles (empty splits), splits whose keys are all masked (causal with Nq > Nk:
+/// the first rows see no key), causal prefill with Nq > 1, varlen with empty sequences, decode;
+/// exact and padded head dims. Every split count is checked against the oracle, and the plan
+/// must run the splits asked for.
+fn split_kv<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    let varlen = || Sequences::VarLen {
+        q_lens: vec![65, 0, 129, 1, 200],
+        k_lens: vec![700, 3, 0, 64, 1000],
+        spare_q: 1,
+        spare_k: 2,
+    };
+    let mut specs = Vec::new();
+    for d in [64, 128, 256, 40, 96] {
+        let layout = if d % 64 == 0 { Bshd } else { Aligned };
+        for causal in [false, true] {
+            specs.push((spec(batch(2, 97, 1000), 2, 1, d, causal, layout), vec![1, 3, 7, 16]));
+            specs.push((spec(batch(1, 5, 100), 2, 2, d, causal, layout), vec![2, 16]));
+            specs.push((spec(batch(1, 300, 130), 2, 1, d, causal, Bhsd), vec![4]));
+            specs.push((spec(batch(2, 200, 700), 3, 1, d, causal, layout), vec![5]));
+            specs.push((spec(varlen(), 2, 2, d, causal, layout), vec![3, 9]));
+            specs.push((spec(batch(3, 1, 1025), 4, 2, d, causal, layout), vec![1, 6, 17]));
+        }
+    }
+    if small() {
+        specs.retain(|(s, _)| s.head_dim <= 128);
+    }
+    for (mut s, splits) in specs {
+        for n in splits.into_iter().map(Some).chain([None]) {
+            s.splits = n;
+            let case = Case::<T>::random(&mut case_rng(), &s);
+            let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
+            let plan = dev.plan::<T>(&case.problem, &opts).map_err(e2s)?;
+            if n.is_some_and(|n| plan.splits != n) {
+                return Err(format!("asked for {n:?} splits, the plan runs {plan}"));
+            }
+            if !run_and_check(dev, &case, Method::FlashTensorCore)? {
+                return Err(format!("the tensor-core kernel refused a split-KV case:\n{case}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decoding with grouped K/V heads: query heads packed per K/V head, for group sizes 1–8 and
+/// multi-query attention (one K/V head for 16 query heads), both memory orders, with and without
+/// the causal flag (the same for one query) and split-KV; the plan must say it packed.
+fn gqa_packing(dev: &Device) -> Result<(), String> {
+    let mut specs = Vec::new();
+    for group in 1..=8 {
+        for layout in [LayoutKind::Bshd, LayoutKind::Bhsd] {
+            specs.push(spec(batch(3, 1, 777), 2 * group, 2, 128, group % 2 == 0, layout));
+        }
+    }
+    specs.push(spec(batch(2, 1, 2000), 16, 1, 64, false, LayoutKind::Bshd));
+    specs.push(spec(batch(2, 1, 300), 32, 1, 128, true, LayoutKind::Aligned));
+    specs.push(spec(batch(1, 1, 4096), 32, 8, 96, false, LayoutKind::Aligned));
+    for mut s in specs {
+        for splits in [Some(1), None] {
+            s.splits = splits;
+            let case = Case::<bf16>::random(&mut case_rng(), &s);
+            let plan = dev.plan::<bf16>(&case.problem, &case.opts).map_err(e2s)?;
+            let grouped = s.heads_q > s.heads_k;
+            if plan.method != Method::FlashTensorCore || plan.gqa_packed != grouped {
+                return Err(format!("expected the tensor-core kernel, packed = {grouped}: {plan}\n{case}"));
+            }
+            if !run_and_check(dev, &case, Method::Auto)? {
+                return Err(format!("auto refused a decode case:\n{case}"));
+            }
         }
     }
     Ok(())

@@ -98,6 +98,8 @@ pub struct Spec {
     pub scale: Option<f32>,
     /// Tile-size override.
     pub tiles: Tiles,
+    /// Split-KV override (`None`: the planner's choice).
+    pub splits: Option<usize>,
     /// Memory order.
     pub layout: LayoutKind,
     /// Input distribution.
@@ -115,6 +117,7 @@ impl Spec {
             causal: false,
             scale: None,
             tiles: Tiles::default(),
+            splits: None,
             layout: LayoutKind::Bshd,
             values: Values::Uniform,
         }
@@ -161,6 +164,7 @@ impl Spec {
             },
             method: flashattn::Method::Auto,
             tiles: self.tiles,
+            splits: self.splits,
         }
     }
 

@@ -108,6 +108,7 @@ pub fn spec_with(max_work: usize) -> BoxedStrategy<Spec> {
                 causal,
                 scale,
                 tiles,
+                splits: None,
                 layout,
                 values,
             };

@@ -16,8 +16,14 @@
 //! `cp.async` writes and the `ldmatrix` reads of 8 consecutive rows hit 8 different bank groups.
 //! Causal tiles wholly above the diagonal are never visited; only tiles that cross the diagonal
 //! or the end of the sequence are masked. Causal grids run the longest rows first.
+//!
+//! **Split-KV** (`p.splits > 1`, flash-decoding): when the query tiles alone cannot fill the
+//! GPU, each query tile's key tiles are cut into `splits` contiguous ranges, one block each.
+//! A block finishes its range like a whole row (normalised output, log-sum-exp) but writes them
+//! in f32 to the partial buffers; the combine kernel ([`super::combine`]) merges the splits.
 
 use super::arch::cp_async;
+use super::arch::global;
 use super::arch::ldmatrix;
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
@@ -27,7 +33,7 @@ use super::sequence::SeqView;
 use crate::config::MmaConfig;
 use crate::mask;
 use crate::math::{exp2, fma};
-use crate::params::AttnParams;
+use crate::params::{AttnParams, partial_index};
 use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
@@ -205,8 +211,11 @@ unsafe fn flash_fwd_mma<
     let (g, t4) = (lane / 4, lane % 4);
     let (h, z) = (block_y(), block_z());
     let causal = p.causal != 0;
+    // Grid x is query tiles × splits (splits = 1 without split-KV).
+    let splits = p.splits.max(1);
+    let (tile_x, split) = (block_x() / splits, block_x() % splits);
     // Causal: the last query tiles see the most keys; start them first.
-    let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
+    let m_block = if causal { grid_dim_x() / splits - 1 - tile_x } else { tile_x };
     // SAFETY: offsets are valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
     let m0 = m_block * BM as u32;
@@ -222,17 +231,23 @@ unsafe fn flash_fwd_mma<
     let row_end = (m0 + BM as u32).min(seq.len_q);
     let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
     let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
+    // This block's key tiles: all of them, or its split's share (possibly none).
     let n_tiles = n_end.div_ceil(BN as u32);
+    let per_split = n_tiles.div_ceil(splits);
+    let j_begin = (split * per_split).min(n_tiles);
+    let j_end = (j_begin + per_split).min(n_tiles);
 
     // Q and the first K tile.
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
         load_tile::<BM, PD, T, PAD>(q_tile, HeadRows::queries(p, &seq, h), m0);
-        if n_tiles > 0 {
-            load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), 0);
+        if j_begin < j_end {
+            let n0 = j_begin * BN as u32;
+            load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
             if VS == 2 {
-                let v_tile = k_tile + 2 * (BN * PD) as u32;
-                load_tile::<BN, PD, T, PAD>(v_tile, HeadRows::values(p, &seq, kv_h), 0);
+                // V_j goes to V buffer `j % 2` (the loop's choice), also for a split's first tile.
+                let v_tile = k_tile + 2 * (BN * PD) as u32 * (1 + j_begin % 2);
+                load_tile::<BN, PD, T, PAD>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
             }
         }
     }
@@ -258,7 +273,7 @@ unsafe fn flash_fwd_mma<
     let mut q_frags = [[[0u32; 4]; KQ]; MI];
     // The largest |row maximum| for which one FMA per score is accurate (see `softmax`).
     let max_fused = FUSED_LIMIT / p.scale_log2;
-    for j in 0..n_tiles {
+    for j in j_begin..j_end {
         let n0 = j * BN as u32;
         cp_async::wait::<0>();
         sync_threads(); // K_j (and Q; with two V buffers V_j too) visible to all; every warp is done with V_{j-1}
@@ -311,7 +326,7 @@ unsafe fn flash_fwd_mma<
             cp_async::wait::<0>();
         }
         sync_threads();
-        if j + 1 < n_tiles {
+        if j + 1 < j_end {
             let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
@@ -419,6 +434,13 @@ unsafe fn flash_fwd_mma<
     cp_async::wait::<0>();
     sync_threads();
 
+    // (Re-read from the parameters: nothing of the split stays live across the key loop.)
+    if p.splits > 1 {
+        // SAFETY: forwarded contract (the partial buffers are sized by the host).
+        unsafe { store_partials::<MI, DT, PAD>(p, &seq, h, m0 + warp_row0, &o, &state) };
+        return;
+    }
+
     // Normalise into this warp's own rows of the Q tile (only this warp ever read them), then copy
     // those rows out with 16-byte stores, each row's chunks by consecutive lanes (coalesced).
     let stage = shared::base();
@@ -437,7 +459,7 @@ unsafe fn flash_fwd_mma<
             if t4 == 0 && p.lse != 0 && row < seq.len_q {
                 let idx = seq.lse_index(p, h, row);
                 // SAFETY: inside the log-sum-exp output (host sizing).
-                unsafe { super::arch::global::store_f32(p.lse + 4 * idx, res.lse) };
+                unsafe { global::store_f32(p.lse + 4 * idx, res.lse) };
             }
         }
     }
@@ -454,7 +476,53 @@ unsafe fn flash_fwd_mma<
             let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };
             let dst = p.o + 2 * (seq.offset(&p.o_strides, seq.q_start, row, h) + 8 * c as u64);
             // SAFETY: row < len_q, chunk c < d/8: inside O, 16-byte aligned (host checks).
-            unsafe { super::arch::global::store_u32x4(dst, v) };
+            unsafe { global::store_u32x4(dst, v) };
+        }
+    }
+}
+
+/// Split-KV: writes this warp's rows of the block's split, normalised, with their log-sum-exps,
+/// in f32 to the partial buffers (rows past the sequence and columns past the head dim are not
+/// written). Each quad of lanes writes a row's 8 consecutive columns of every 8-column tile.
+///
+/// # Safety
+/// `p.partial_o` / `p.partial_lse` must hold `p.splits · p.partial_rows` rows.
+#[inline(always)]
+unsafe fn store_partials<const MI: usize, const DT: usize, const PAD: bool>(
+    p: &AttnParams,
+    seq: &SeqView,
+    h: u32,
+    warp_m0: u32,
+    o: &[[[f32; 4]; DT]; MI],
+    state: &[[OnlineSoftmax; 2]; MI],
+) {
+    let lane = thread_x() % 32;
+    let (g, t4) = (lane / 4, lane % 4);
+    let split = (block_x() % p.splits.max(1)) as u64;
+    let d = p.head_dim;
+    for mi in 0..MI {
+        for half in 0..2 {
+            let mut st = state[mi][half];
+            st.sum = shuffle::sum4(st.sum);
+            let res = st.finish(p.scale_log2);
+            let row = warp_m0 + 16 * mi as u32 + g + 8 * half as u32;
+            if row >= seq.len_q {
+                continue;
+            }
+            let r = partial_index(split, p.partial_rows, seq.lse_index(p, h, row));
+            if t4 == 0 {
+                // SAFETY: row `r` of the partial log-sum-exps (host sizing).
+                unsafe { global::store_f32(p.partial_lse + 4 * r, res.lse) };
+            }
+            for (dt, ot) in o[mi].iter().enumerate() {
+                // (A condition, not an early exit: the loop stays unrolled, `o` in registers.)
+                if !PAD || (dt as u32) < d / 8 {
+                    let col = (8 * dt + 2 * t4 as usize) as u64;
+                    let x = [ot[2 * half] * res.inv_sum, ot[2 * half + 1] * res.inv_sum];
+                    // SAFETY: columns `col`, `col + 1` < d of row `r` (host sizing), 8-byte aligned.
+                    unsafe { global::store_f32x2(p.partial_o + 4 * (r * d as u64 + col), x) };
+                }
+            }
         }
     }
 }

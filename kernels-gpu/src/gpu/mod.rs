@@ -2,6 +2,7 @@
 //! instructions that they are written with.
 
 pub mod arch;
+mod combine;
 mod fill;
 mod flash_mma;
 mod flash_simt;

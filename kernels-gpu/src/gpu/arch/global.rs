@@ -131,3 +131,52 @@ pub unsafe fn store_u32x4(addr: u64, v: [u32; 4]) {
              a = in(reg64) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3])
     };
 }
+
+/// `st.global.v2.f32`: two f32 (split-KV partial outputs).
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_f32x2(addr: u64, v: [f32; 2]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("st.global.v2.f32 [{a}], {{{x}, {y}}};", a = in(reg64) addr, x = in(reg32) v[0], y = in(reg32) v[1])
+    };
+}
+
+/// `st.global.v2.b32`: 8 bytes.
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_u32x2(addr: u64, v: [u32; 2]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("st.global.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg64) addr, x = in(reg32) v[0], y = in(reg32) v[1])
+    };
+}
+
+/// Reads an f32 written by an earlier kernel (split-KV partial log-sum-exps).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32(addr: u64) -> f32 {
+    // SAFETY: caller's contract.
+    unsafe { F32::load(addr) }
+}
+
+/// `ld.global.nc.v4.f32`: four f32 written by an earlier kernel (split-KV partial outputs).
+///
+/// # Safety
+/// `addr` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32x4(addr: u64) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.global.nc.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];",
+             x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, a = in(reg64) addr)
+    };
+    [x, y, z, w]
+}

@@ -1,0 +1,97 @@
+//! Times decoding (one query token per sequence against a K/V cache) on Llama-3-8B's heads
+//! (32 query heads sharing 8 K/V heads, d = 128, bf16) for batches 1–64 and caches of 1k–128k
+//! tokens: the planner's choice, then every split count and the four-warp instance, as TB/s of
+//! K and V read once. The measurements behind the split-KV rule (`kernels-gpu/NOTES.md`).
+//! Needs a GPU.
+//!
+//! ```text
+//! cargo run --release --example decode [-- --quick]
+//! ```
+
+use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Problem, Tiles, bf16};
+use rand::Rng;
+
+/// Median milliseconds of `reps` timed calls after 3 warm-up calls, rotating the K/V sets.
+fn time(
+    dev: &Device,
+    sets: &[(flashattn::DeviceBuffer<bf16>, flashattn::DeviceBuffer<bf16>)],
+    q: &flashattn::DeviceBuffer<bf16>,
+    out: &mut flashattn::DeviceBuffer<bf16>,
+    (lq, lk): (Layout, Layout),
+    opts: &AttentionOptions,
+    reps: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let timer = GpuTimer::new(dev)?;
+    let mut times = Vec::new();
+    for rep in 0..reps + 3 {
+        let (k, v) = &sets[rep % sets.len()];
+        timer.start(dev)?;
+        dev.attention(q.view(lq), k.view(lk), v.view(lk), out.view_mut(lq), None, opts)?;
+        timer.stop(dev)?;
+        if rep >= 3 {
+            times.push(timer.elapsed_ms()? as f64);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let dev = Device::new(0)?;
+    println!("{}", dev.props());
+    let (hq, hk, d) = (32usize, 8usize, 128usize);
+    let mut rng = rand::rng();
+    // One random block, tiled into every buffer (filling tens of GiB element by element would
+    // take minutes; the timing does not depend on the values).
+    let block: Vec<bf16> = (0..1 << 20).map(|_| bf16::from_f32(rng.random_range(-1.0..1.0))).collect();
+    let make = |len: usize, shift: usize| -> Result<flashattn::DeviceBuffer<bf16>, flashattn::Error> {
+        let data: Vec<bf16> = (0..len).map(|i| block[(i + shift) % block.len()]).collect();
+        dev.upload(&data)
+    };
+    let batches: &[usize] = if quick { &[1, 16] } else { &[1, 4, 16, 64] };
+    for &b in batches {
+        for nk in [1024usize, 4096, 16384, 65536, 131072] {
+            let kv_bytes = 2 * b * nk * hk * d * 2;
+            if kv_bytes > 16 << 30 {
+                continue;
+            }
+            let (lq, lk) = (Layout::bshd(b, 1, hq, d), Layout::bshd(b, nk, hk, d));
+            let lk_len = lk.required_len().unwrap_or(0);
+            // Three K/V sets rotated for caches that fit in L2 several times over; one beyond.
+            let n_sets = if kv_bytes < 1 << 30 { 3 } else { 1 };
+            let sets = (0..n_sets)
+                .map(|s| Ok((make(lk_len, 7919 * s)?, make(lk_len, 7919 * s + 104_729)?)))
+                .collect::<Result<Vec<_>, flashattn::Error>>()?;
+            let q = make(lq.required_len().unwrap_or(0), 31)?;
+            let mut out = dev.alloc::<bf16>(lq.required_len().unwrap_or(0))?;
+            let reps = if kv_bytes > 1 << 30 { 10 } else { 30 };
+            let base = AttentionOptions::default();
+            let problem = Problem::new(lq, lk, lk, lq, [q.len(), lk_len, lk_len, out.len()], &base)?;
+            let plan = dev.plan::<bf16>(&problem, &base)?;
+            let tbs = |ms: f64| kv_bytes as f64 / (ms * 1e-3) / 1e12;
+            let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &base, reps)?;
+            let mut line = format!(
+                "B {b:>2} Nk {nk:>6} | plan splits {:>3} {:.3} ms {:.2} TB/s |",
+                plan.splits,
+                ms,
+                tbs(ms)
+            );
+            for splits in [1usize, 2, 4, 8, 16, 32, 64, 128] {
+                if splits > nk / 64 {
+                    break;
+                }
+                let opts = AttentionOptions { splits: Some(splits), ..base.clone() };
+                let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &opts, reps)?;
+                line += &format!(" s{splits} {:.2}", tbs(ms));
+            }
+            let four_warps =
+                AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(64) }, ..base.clone() };
+            let p4 = dev.plan::<bf16>(&problem, &four_warps)?;
+            let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &four_warps, reps)?;
+            line += &format!(" | m64 (splits {}) {:.2}", p4.splits, tbs(ms));
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
