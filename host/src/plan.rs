@@ -298,7 +298,7 @@ pub const AUTO_RULES: [AutoRule; 3] = [
         method: Method::FlashTensorCore,
         when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows (then: the one-warp decode \
                instance when a query tile holds ≤ 16 rows; query heads packed per K/V head for one query \
-               token; split-KV when the query tiles fill less than 80% of the GPU)",
+               token; split-KV when the query tiles give fewer than 2 blocks per SM)",
         evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
                    (results/2026-11-30-nvidia-h200/head-dims)",
     },
@@ -591,37 +591,28 @@ pub(crate) fn partial_bytes(problem: &Problem, splits: usize) -> u64 {
     4 * splits as u64 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 1)
 }
 
-/// Blocks of `config` one SM holds at once: by shared memory (1 KiB of it reserved per block by
-/// the hardware) and by registers (at most 255 a thread, at least `min_blocks` by the launch
-/// bounds).
-fn resident_blocks(props: &DeviceProps, config: &MmaConfig) -> u64 {
-    let by_shared = props.shared_per_sm as u64 / (config.shared_bytes() as u64 + 1024);
-    let by_registers = (65_536 / (config.threads() as u64 * 256)).max(config.min_blocks as u64);
-    by_shared.min(by_registers).max(1)
-}
+/// Blocks per SM split-KV aims for: the decode measurements (`kernels-gpu/NOTES.md`, v9) peak
+/// near two resident blocks per SM for batches of 1–16 sequences.
+pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 2;
 
-/// Split-KV's split count: 1 when the query tiles fill at least 80% of the GPU's resident
-/// blocks, else the smallest count whose waves of blocks are within 85% of the best
-/// efficiency (a wave's tail idles SMs), at most one split per key tile and [`MAX_SPLITS`] — the
-/// rule FlashAttention-2 uses.
+/// Key tiles each split keeps at least: shorter splits spend more on their prologue, their
+/// partial results and the combine than they gain in parallel loads.
+pub const SPLIT_MIN_KEY_TILES: usize = 4;
+
+/// Split-KV's split count: 1 when the query tiles alone give [`SPLIT_TARGET_BLOCKS_PER_SM`]
+/// blocks per SM, else enough splits to reach it, with at least [`SPLIT_MIN_KEY_TILES`] key
+/// tiles per split and at most [`MAX_SPLITS`].
 fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> usize {
     let (max_q, max_k) = problem.max_lens();
     let blocks =
         max_q.div_ceil(config.block_m as usize) as u64 * problem.q().heads as u64 * problem.batch() as u64;
-    let capacity = props.sm_count as u64 * resident_blocks(props, config);
-    if blocks == 0 || 5 * blocks >= 4 * capacity {
+    let target = props.sm_count as u64 * SPLIT_TARGET_BLOCKS_PER_SM;
+    if blocks == 0 || blocks >= target {
         return 1;
     }
-    let key_tiles = max_k.div_ceil(config.block_n as usize).max(1);
-    let most = key_tiles.min(MAX_SPLITS);
-    let efficiency = |s: usize| {
-        let waves = (blocks * s as u64) as f64 / capacity as f64;
-        waves / waves.ceil()
-    };
-    // A split count is worth considering only if it changes the keys per split.
-    let distinct = |s: usize| s == 1 || key_tiles.div_ceil(s) != key_tiles.div_ceil(s - 1);
-    let best = (1..=most).filter(|&s| distinct(s)).map(efficiency).fold(0.0, f64::max);
-    (1..=most).find(|&s| distinct(s) && efficiency(s) >= 0.85 * best).unwrap_or(1)
+    let key_tiles = max_k.div_ceil(config.block_n as usize);
+    let most = (key_tiles / SPLIT_MIN_KEY_TILES).clamp(1, MAX_SPLITS);
+    (target.div_ceil(blocks) as usize).min(most)
 }
 
 /// The kernel of `family` if it exists on the device's target.

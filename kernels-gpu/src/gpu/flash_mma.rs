@@ -283,7 +283,7 @@ unsafe fn flash_fwd_mma<
         let k_tile = q_tile + 2 * (BM * PD) as u32;
         let v_tile = |j: u32| k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32);
         let (q_rows, k_rows, v_rows) = frag_rows();
-        if QR && j == 0 {
+        if QR && j == j_begin {
             for (mi, qm) in q_frags.iter_mut().enumerate() {
                 for (kk, qf) in qm.iter_mut().enumerate() {
                     // SAFETY: inside the Q tile, 16-byte aligned.
