@@ -298,7 +298,7 @@ pub const AUTO_RULES: [AutoRule; 3] = [
         method: Method::FlashTensorCore,
         when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows (then: the one-warp decode \
                instance when a query tile holds ≤ 16 rows; query heads packed per K/V head for one query \
-               token; split-KV when the query tiles give fewer than 2 blocks per SM)",
+               token; split-KV when the query tiles give fewer than 3 blocks per SM)",
         evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
                    (results/2026-11-30-nvidia-h200/head-dims)",
     },
@@ -591,17 +591,19 @@ pub(crate) fn partial_bytes(problem: &Problem, splits: usize) -> u64 {
     4 * splits as u64 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 1)
 }
 
-/// Blocks per SM split-KV aims for: the decode measurements (`kernels-gpu/NOTES.md`, v9) peak
-/// near two resident blocks per SM for batches of 1–16 sequences.
-pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 2;
+/// Blocks per SM split-KV aims for. The decode sweep (`kernels-gpu/NOTES.md`, v9: Llama-3-8B
+/// heads, B = 1…64, caches of 1k–128k) peaks at 2–4 blocks per SM: 3 is within 1.5% of the best
+/// split count for B = 4 and 16 and within 7% for B = 1.
+pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 3;
 
 /// Key tiles each split keeps at least: shorter splits spend more on their prologue, their
 /// partial results and the combine than they gain in parallel loads.
-pub const SPLIT_MIN_KEY_TILES: usize = 4;
+pub const SPLIT_MIN_KEY_TILES: usize = 2;
 
 /// Split-KV's split count: 1 when the query tiles alone give [`SPLIT_TARGET_BLOCKS_PER_SM`]
 /// blocks per SM, else enough splits to reach it, with at least [`SPLIT_MIN_KEY_TILES`] key
-/// tiles per split and at most [`MAX_SPLITS`].
+/// tiles per split and at most [`MAX_SPLITS`]; then as few splits as give the same key tiles per
+/// split (no split left empty by the rounding).
 fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> usize {
     let (max_q, max_k) = problem.max_lens();
     let blocks =
@@ -610,9 +612,10 @@ fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> 
     if blocks == 0 || blocks >= target {
         return 1;
     }
-    let key_tiles = max_k.div_ceil(config.block_n as usize);
+    let key_tiles = max_k.div_ceil(config.block_n as usize).max(1);
     let most = (key_tiles / SPLIT_MIN_KEY_TILES).clamp(1, MAX_SPLITS);
-    (target.div_ceil(blocks) as usize).min(most)
+    let splits = (target.div_ceil(blocks) as usize).min(most);
+    key_tiles.div_ceil(key_tiles.div_ceil(splits))
 }
 
 /// The kernel of `family` if it exists on the device's target.
