@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// preset's (as many as the query heads, except in `models`).
     #[arg(long, value_parser = positive)]
     pub kv_heads: Option<usize>,
+    /// Split-KV override for the tensor-core kernel (`AttentionOptions::splits`; 1: no split).
+    /// Default: the planner's choice. Rows of other methods ignore it.
+    #[arg(long, value_parser = positive)]
+    pub splits: Option<usize>,
     /// Tokens per batch: B = TOKENS / N (the headline rule is 16384).
     #[arg(long, value_parser = positive)]
     pub tokens: Option<usize>,

@@ -281,7 +281,10 @@ impl<'a> GpuRunner<'a> {
                 return Ok(Flow::Stop);
             }
             let mut row = variant_row(&base, v);
-            let opts = models::with_variant(&base_opts, v);
+            let mut opts = models::with_variant(&base_opts, v);
+            if matches!(opts.method, Method::FlashTensorCore | Method::Auto) {
+                opts.splits = self.args.splits;
+            }
             let plan = match self.dev.plan::<T>(&problem, &opts) {
                 Ok(p) => p,
                 Err(err) => {

@@ -24,6 +24,12 @@ fn main() -> Result<(), flashattn::Error> {
             let problem = Problem::new(q, k, k, q, lens, &opts)?;
             println!("  d {d} {dtype} {method}: {}", plan(&props, dtype, &problem, &opts)?);
         }
+        // Decoding: one query token per sequence, 32 query heads over 8 K/V heads, a 16k cache.
+        let (q, kv) = (Layout::bshd(4, 1, 32, 128), Layout::bshd(4, 16_384, 8, 128));
+        let opts = AttentionOptions::default();
+        let lens = [q, kv, kv, q].map(|l| l.required_len().unwrap_or(0));
+        let problem = Problem::new(q, kv, kv, q, lens, &opts)?;
+        println!("  decode B 4, 16k cache, bf16 auto: {}", plan(&props, DType::BF16, &problem, &opts)?);
     }
     Ok(())
 }

@@ -296,9 +296,7 @@ pub struct AutoRule {
 pub const AUTO_RULES: [AutoRule; 3] = [
     AutoRule {
         method: Method::FlashTensorCore,
-        when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows (then: the one-warp decode \
-               instance when a query tile holds ≤ 16 rows; query heads packed per K/V head for one query \
-               token; split-KV when the query tiles give fewer than 3 blocks per SM)",
+        when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows",
         evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
                    (results/2026-11-30-nvidia-h200/head-dims)",
     },
@@ -455,7 +453,7 @@ fn plan_auto(
         match attempt {
             Ok(mut plan) => {
                 plan.not_taken = not_taken;
-                plan.why.insert(0, format!("auto rule {}: {} ({})", i + 1, rule.when, rule.evidence));
+                plan.why.insert(0, format!("auto rule {} ({}): {}", i + 1, rule.method, rule.when));
                 return Ok(plan);
             }
             // The last rule's refusal is the answer.
@@ -478,7 +476,7 @@ fn standard_for_auto(
     if opts.tiles != Tiles::default() {
         return Err(tile_error(method, opts.tiles, TileError::NotTiled));
     }
-    if opts.splits.is_some() {
+    if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
     }
     if problem.varlen().is_some() {

@@ -245,8 +245,8 @@ pub struct AttentionOptions {
     pub splits: Option<usize>,
 }
 
-/// The most key splits one query tile may have (split-KV).
-pub const MAX_SPLITS: usize = 128;
+/// The most key splits one query tile may have (split-KV; the combine kernel's limit).
+pub const MAX_SPLITS: usize = flashattn_kernels::params::MAX_SPLITS as usize;
 
 /// A validated attention problem: shapes, strides and options that every path agrees on.
 ///

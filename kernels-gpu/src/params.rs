@@ -92,6 +92,10 @@ pub struct AttnParams {
 /// Query rows (one per warp) per block of the split-KV combine kernel.
 pub const COMBINE_WARPS: u32 = 4;
 
+/// The most key splits of one query tile (split-KV): the combine kernel holds 128 / 32 of them
+/// per lane.
+pub const MAX_SPLITS: u32 = 128;
+
 /// Element offset of split `split`'s row `row` in the partial outputs (f32, `head_dim` a row).
 #[inline(always)]
 pub const fn partial_index(split: u64, partial_rows: u64, row: u64) -> u64 {

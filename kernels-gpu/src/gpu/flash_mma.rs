@@ -163,9 +163,18 @@ unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, co
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };
         let addr = if n > 0 { base + k as u64 * step } else { src };
+        let dst = tile + swizzle(r, c, chunks as u32);
         // SAFETY: inside the tile; the `n` source bytes (0 or 16) are in the tensor (host
         // validation and alignment checks), or nothing is read.
-        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+        unsafe {
+            // One-warp blocks are the decode instances, which only stream K and V: on Hopper
+            // (PTX ISA ≥ 7.4) they ask the L2 for whole 256-byte row groups.
+            if THREADS == 32 && cfg!(target_feature = "sm_90") {
+                cp_async::copy16_prefetch(dst, addr, n)
+            } else {
+                cp_async::copy16(dst, addr, n)
+            }
+        };
     }
 }
 
@@ -271,6 +280,19 @@ unsafe fn flash_fwd_mma<
     };
 
     let mut q_frags = [[[0u32; 4]; KQ]; MI];
+    if QR && j_begin < j_end {
+        // Q's fragments, once, before the key loop (its copies are in the first tile's group,
+        // which the first iteration would wait for anyway).
+        cp_async::wait::<0>();
+        sync_threads();
+        let (q_rows, _, _) = frag_rows();
+        for (mi, qm) in q_frags.iter_mut().enumerate() {
+            for (kk, qf) in qm.iter_mut().enumerate() {
+                // SAFETY: inside the Q tile, 16-byte aligned.
+                *qf = unsafe { ldmatrix::x4(q_rows.at(shared::base(), mi, kk, chunks)) };
+            }
+        }
+    }
     // The largest |row maximum| for which one FMA per score is accurate (see `softmax`).
     let max_fused = FUSED_LIMIT / p.scale_log2;
     for j in j_begin..j_end {
@@ -283,14 +305,6 @@ unsafe fn flash_fwd_mma<
         let k_tile = q_tile + 2 * (BM * PD) as u32;
         let v_tile = |j: u32| k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32);
         let (q_rows, k_rows, v_rows) = frag_rows();
-        if QR && j == j_begin {
-            for (mi, qm) in q_frags.iter_mut().enumerate() {
-                for (kk, qf) in qm.iter_mut().enumerate() {
-                    // SAFETY: inside the Q tile, 16-byte aligned.
-                    *qf = unsafe { ldmatrix::x4(q_rows.at(q_tile, mi, kk, chunks)) };
-                }
-            }
-        }
         if VS == 1 {
             // SAFETY: as above.
             unsafe { load_tile::<BN, PD, T, PAD>(v_tile(j), HeadRows::values(p, &seq, kv_h), n0) };
