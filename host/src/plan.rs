@@ -598,7 +598,7 @@ pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 3;
 /// partial results and the combine than they gain in parallel loads.
 pub const SPLIT_MIN_KEY_TILES: usize = 2;
 
-/// Split-KV's split count: 1 when the query tiles alone give [`SPLIT_TARGET_BLOCKS_PER_SM`]
+/// Split-KV's split count for a decode instance: 1 when the query tiles alone give [`SPLIT_TARGET_BLOCKS_PER_SM`]
 /// blocks per SM, else enough splits to reach it, with at least [`SPLIT_MIN_KEY_TILES`] key
 /// tiles per split and at most [`MAX_SPLITS`]; then as few splits as give the same key tiles per
 /// split (no split left empty by the rounding).
@@ -703,9 +703,13 @@ fn plan_mma(
     if config.shared_bytes() > limit {
         return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
     }
+    // Split-KV by default only for the decode instances: with full query tiles the partial
+    // outputs cost more than the extra blocks gain (measured 0.67–0.70× on under-filled prefill
+    // shapes, `kernels-gpu/NOTES.md` v9).
     let splits = match opts.splits {
         Some(s) => s,
-        None => choose_splits(props, eff, &config),
+        None if config.is_decode() => choose_splits(props, eff, &config),
+        None => 1,
     };
     if splits > 1 {
         why.push(format!(

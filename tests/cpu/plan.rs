@@ -30,7 +30,8 @@ fn auto_takes_tensor_cores_where_they_apply() {
                 let c = MMA_CONFIGS[mma_default(d as u32, false, 1000).unwrap()];
                 assert_eq!(p.tiles, Some((c.block_m as usize, c.block_n as usize)));
                 let main = p.main_launch().unwrap();
-                // 2·4 heads of 1000 queries may not fill the GPU: then the keys are split too.
+                // Full query tiles are not split, even where they do not fill the GPU.
+                assert_eq!(p.splits, 1, "{p}");
                 assert_eq!(main.grid, (1000u32.div_ceil(c.block_m) * p.splits as u32, 4, 2));
                 assert_eq!((main.threads, main.shared_bytes), (c.threads(), c.shared_bytes()));
             }
@@ -290,9 +291,14 @@ fn split_kv_is_chosen_by_occupancy_and_can_be_overridden() {
         (1, 1, 0),
         "the headline shape fills the GPU: {p}"
     );
+    // Under-filled prefill is not split either (full query tiles: the partials cost more).
     let small = Layout::bshd(1, 4096, 2, 128);
     let p = plan(&h200, DType::BF16, &problem(small, small, &opts), &opts).unwrap();
-    assert!(p.splits > 1, "{p}");
+    assert_eq!(p.splits, 1, "{p}");
+    // Few query rows (a short chunk of 8 queries) against long keys: split.
+    let (q, kv) = (Layout::bshd(1, 8, 2, 128), Layout::bshd(1, 8192, 2, 128));
+    let p = plan(&h200, DType::BF16, &problem(q, kv, &opts), &opts).unwrap();
+    assert!(p.splits > 1 && p.kernel().contains("_m16_"), "{p}");
     for splits in [1, 3, 128] {
         let o = AttentionOptions { splits: Some(splits), ..Default::default() };
         let p = plan(&h200, DType::BF16, &problem(l, l, &o), &o).unwrap();

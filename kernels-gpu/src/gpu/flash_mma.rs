@@ -163,18 +163,9 @@ unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, co
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };
         let addr = if n > 0 { base + k as u64 * step } else { src };
-        let dst = tile + swizzle(r, c, chunks as u32);
         // SAFETY: inside the tile; the `n` source bytes (0 or 16) are in the tensor (host
         // validation and alignment checks), or nothing is read.
-        unsafe {
-            // One-warp blocks are the decode instances, which only stream K and V: on Hopper
-            // (PTX ISA ≥ 7.4) they ask the L2 for whole 256-byte row groups.
-            if THREADS == 32 && cfg!(target_feature = "sm_90") {
-                cp_async::copy16_prefetch(dst, addr, n)
-            } else {
-                cp_async::copy16(dst, addr, n)
-            }
-        };
+        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
     }
 }
 

@@ -19,20 +19,6 @@ pub unsafe fn copy16(dst: u32, src: u64, src_bytes: u32) {
     };
 }
 
-/// [`copy16`] with the `L2::256B` prefetch hint (PTX ISA 7.4, so the sm_90a PTX only): the L2
-/// fetches the 256 bytes around the address at once. For kernels that only stream (decoding
-/// reads each K/V row once, whole, by consecutive threads), so that DRAM sees long bursts.
-///
-/// # Safety
-/// As [`copy16`].
-#[inline(always)]
-pub unsafe fn copy16_prefetch(dst: u32, src: u64, src_bytes: u32) {
-    // SAFETY: caller's contract.
-    unsafe {
-        asm!("cp.async.cg.shared.global.L2::256B [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes)
-    };
-}
-
 /// `cp.async.commit_group`: closes the group of copies issued since the last commit.
 #[inline(always)]
 pub fn commit() {
