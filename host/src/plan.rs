@@ -304,8 +304,10 @@ pub const AUTO_RULES: [AutoRule; 3] = [
         method: Method::Standard,
         when: "otherwise, for a fixed-length batch whose N×N scores and probabilities fit in 1/16 of \
                device memory, with cuBLAS-compatible strides",
-        evidence: "1.2–6× faster than the CUDA-core flash kernel on f32, d = 64 and 128 \
-                   (results/2026-11-29-nvidia-h200/extras)",
+        evidence: "1.2–6× faster than the CUDA-core flash kernel on f32 at d = 64 and 128 \
+                   (results/2026-11-29-nvidia-h200/extras); on bf16, 21–121 TFLOP/s \
+                   (results/2026-11-29-nvidia-h200/headline) against 4–12 for the CUDA-core kernel \
+                   (results/2026-11-30-nvidia-h200/head-dims-before)",
     },
     AutoRule {
         method: Method::Flash,
