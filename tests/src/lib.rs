@@ -8,6 +8,7 @@
 //! - [`strategy`]: proptest strategies for shapes, options and input distributions.
 
 pub mod case;
+pub mod grad;
 pub mod oracle;
 pub mod strategy;
 pub mod tolerance;

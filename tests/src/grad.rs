@@ -1,0 +1,198 @@
+//! The f64 gradient oracle: dQ, dK and dV of attention from the analytic formulas on the full
+//! matrices, with none of the tiling or the recurrence of an implementation (the reference the
+//! backward pass will be measured against), itself checked against finite differences of
+//! [`crate::oracle::attention_f64`] on tiny cases (the tests below).
+//!
+//! For one query row `t` of head `h` (key/value head `h / G`) with visible keys `j`, scaled
+//! scores `s_tj = scale·q_t·k_j`, probabilities `P_tj = exp(s_tj − lse_t)`, output `o_t` and
+//! upstream gradient `do_t`:
+//!
+//! ```text
+//! dv_j  += P_tj · do_t                  dP_tj = do_t · v_j
+//! D_t    = Σ_j P_tj · dP_tj  (= do_t · o_t)
+//! dS_tj  = P_tj · (dP_tj − D_t)
+//! dq_t   = scale · Σ_j dS_tj · k_j      dk_j += scale · dS_tj · q_t
+//! ```
+//!
+//! `dk` and `dv` sum over every query head that shares the key/value head (grouped-query
+//! attention) and over every query that sees the key. A query row that sees no key contributes
+//! nothing, and its `dq` is exactly 0.
+
+use flashattn::Problem;
+
+use crate::case::for_each_row;
+
+/// The gradients of attention with respect to its inputs, laid out as the inputs are (`dq` as
+/// `problem.q`, `dk` as `problem.k`, `dv` as `problem.v`); positions no layout addresses are 0.
+/// Where a layout maps several coordinates to one element (a broadcast stride of 0), that
+/// element holds the sum of their gradients, the gradient of the shared value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradients {
+    /// ∂L/∂Q.
+    pub dq: Vec<f64>,
+    /// ∂L/∂K.
+    pub dk: Vec<f64>,
+    /// ∂L/∂V.
+    pub dv: Vec<f64>,
+}
+
+/// The gradients of `L = Σ O ∘ dO` (so `dO` is the upstream gradient), in f64, for inputs `q`,
+/// `k`, `v` and `d_o` (widened with [`crate::oracle::widen`]) addressed by `problem.q`, `.k`,
+/// `.v` and `.o`. The forward quantities (`lse`, `o`) are recomputed here in f64, not taken from
+/// an implementation.
+pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64], d_o: &[f64]) -> Gradients {
+    let len = |l: &flashattn::Layout| l.required_len().expect("a validated layout does not overflow");
+    let d = problem.head_dim();
+    let scale = f64::from(problem.scale());
+    let mut g = Gradients {
+        dq: vec![0.0; len(problem.q())],
+        dk: vec![0.0; len(problem.k())],
+        dv: vec![0.0; len(problem.v())],
+    };
+    let mut keys: Vec<(usize, f64)> = Vec::new();
+    for_each_row(problem, |c, _| {
+        let seq = problem.sequence(c.seq);
+        let kh = c.h / problem.group_size();
+        let qo = problem.q().offset(c.b, c.s, c.h);
+        let oo = problem.o().offset(c.b, c.s, c.h);
+        let (q_row, do_row) = (&q[qo..qo + d], &d_o[oo..oo + d]);
+        let k_at = |j: usize| problem.k().offset(c.b, seq.k_start + j, kh);
+        let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
+        // Scaled scores of the visible keys, then the row's log-sum-exp.
+        keys.clear();
+        for j in (0..seq.len_k).filter(|&j| problem.visible(c.t, j, seq.len_q, seq.len_k)) {
+            let ko = k_at(j);
+            let s: f64 = q_row.iter().zip(&k[ko..ko + d]).map(|(a, b)| a * b).sum();
+            keys.push((j, scale * s));
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let max = keys.iter().fold(f64::NEG_INFINITY, |m, &(_, s)| m.max(s));
+        let lse = max + keys.iter().map(|&(_, s)| (s - max).exp()).sum::<f64>().ln();
+        // P and dP for every visible key, and D = Σ P·dP.
+        let mut big_d = 0.0;
+        for (j, s) in keys.iter_mut() {
+            let vo = v_at(*j);
+            let dp: f64 = do_row.iter().zip(&v[vo..vo + d]).map(|(a, b)| a * b).sum();
+            let p = (*s - lse).exp();
+            big_d += p * dp;
+            // Keep (P, dP) packed in the score's place: P in `s`, dP recomputed below.
+            *s = p;
+        }
+        for &(j, p) in keys.iter() {
+            let (ko, vo) = (k_at(j), v_at(j));
+            let dp: f64 = do_row.iter().zip(&v[vo..vo + d]).map(|(a, b)| a * b).sum();
+            let ds = p * (dp - big_d);
+            for x in 0..d {
+                g.dv[vo + x] += p * do_row[x];
+                g.dq[qo + x] += scale * ds * k[ko + x];
+                g.dk[ko + x] += scale * ds * q_row[x];
+            }
+        }
+    });
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{LayoutKind, Sequences, Spec};
+    use crate::oracle::{attention_f64, widen};
+    use flashattn::bf16;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// `L = Σ O ∘ dO` from the forward oracle.
+    fn loss(problem: &Problem, q: &[f64], k: &[f64], v: &[f64], d_o: &[f64]) -> f64 {
+        let r = attention_f64(problem, q, k, v);
+        let mut l = 0.0;
+        crate::case::for_each_output(problem, |_, i| l += r.out[i] * d_o[i]);
+        l
+    }
+
+    /// Central differences of the loss in every addressed element of one input against the
+    /// oracle's gradient: relative to the gradient's scale, within 1e-6 (the f64 truncation
+    /// error of a step of 1e-5 is about 1e-10 relative; rounding adds about 1e-16/1e-5).
+    fn check_input(
+        problem: &Problem,
+        mut inputs: [Vec<f64>; 3],
+        d_o: &[f64],
+        which: usize,
+        grad: &[f64],
+        name: &str,
+    ) {
+        let h = 1e-5;
+        let scale = grad.iter().fold(1e-3f64, |m, g| m.max(g.abs()));
+        for i in 0..inputs[which].len() {
+            let x = inputs[which][i];
+            inputs[which][i] = x + h;
+            let up = loss(problem, &inputs[0], &inputs[1], &inputs[2], d_o);
+            inputs[which][i] = x - h;
+            let down = loss(problem, &inputs[0], &inputs[1], &inputs[2], d_o);
+            inputs[which][i] = x;
+            let fd = (up - down) / (2.0 * h);
+            assert!(
+                (fd - grad[i]).abs() <= 1e-6 * scale,
+                "{name}[{i}]: finite difference {fd}, oracle {}, scale {scale}",
+                grad[i]
+            );
+        }
+    }
+
+    fn check_spec(spec: &Spec, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let case = crate::Case::<bf16>::random(&mut rng, spec);
+        let (q, k, v) = (widen(&case.q), widen(&case.k), widen(&case.v));
+        let d_o: Vec<f64> = (0..case.out_len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let g = attention_backward_f64(&case.problem, &q, &k, &v, &d_o);
+        let inputs = [q, k, v];
+        check_input(&case.problem, inputs.clone(), &d_o, 0, &g.dq, "dq");
+        check_input(&case.problem, inputs.clone(), &d_o, 1, &g.dk, "dk");
+        check_input(&case.problem, inputs, &d_o, 2, &g.dv, "dv");
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        // Plain, causal with Nq > Nk (the first rows see no key: their dq must be 0), GQA with
+        // Nq < Nk, and varlen with an empty sequence, on mixed layouts.
+        let mut specs = vec![Spec::batch(1, 3, 4, 1, 3)];
+        let mut s = Spec::batch(2, 5, 3, 2, 4);
+        s.causal = true;
+        specs.push(s);
+        let mut s = Spec::batch(1, 2, 5, 4, 3);
+        s.heads_k = 2;
+        s.causal = true;
+        s.layout = LayoutKind::Mixed;
+        specs.push(s);
+        let mut s = Spec::batch(1, 1, 1, 2, 5);
+        s.sequences =
+            Sequences::VarLen { q_lens: vec![2, 0, 3], k_lens: vec![3, 2, 2], spare_q: 1, spare_k: 1 };
+        s.heads_k = 1;
+        s.layout = LayoutKind::Padded;
+        specs.push(s);
+        for (i, s) in specs.iter().enumerate() {
+            check_spec(s, 1000 + i as u64);
+        }
+    }
+
+    #[test]
+    fn rows_without_keys_have_zero_dq() {
+        let mut s = Spec::batch(1, 6, 2, 1, 4);
+        s.causal = true; // queries 0..4 see no key (bottom-right alignment)
+        let mut rng = StdRng::seed_from_u64(7);
+        let case = crate::Case::<bf16>::random(&mut rng, &s);
+        let d_o = vec![1.0; case.out_len()];
+        let g =
+            attention_backward_f64(&case.problem, &widen(&case.q), &widen(&case.k), &widen(&case.v), &d_o);
+        let l = case.problem.q();
+        for t in 0..4 {
+            let o = l.offset(0, t, 0);
+            assert!(g.dq[o..o + 4].iter().all(|&x| x == 0.0), "row {t}: {:?}", &g.dq[o..o + 4]);
+        }
+        // Query 4 sees one key (probability 1: its dq is 0 too, exactly as the formula says);
+        // query 5 sees two, and has a gradient.
+        let o = l.offset(0, 5, 0);
+        assert!(g.dq[o..o + 4].iter().any(|&x| x != 0.0));
+    }
+}
