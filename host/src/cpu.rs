@@ -1,12 +1,12 @@
 //! Attention on the CPU: the tiled algorithm with the shared online-softmax recurrence, for
 //! machines without a GPU and as the first thing the tests check.
 
-use flashattn_kernels::softmax::OnlineSoftmax;
+use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge};
 
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
 use crate::plan::TileError;
-use crate::problem::{AttentionOptions, Layout, Problem, Tiles};
+use crate::problem::{AttentionOptions, Layout, MAX_SPLITS, Problem, Tiles};
 
 /// A read-only tensor in host memory.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +58,11 @@ pub fn tiles(opts: &AttentionOptions) -> Result<(usize, usize), InvalidInput> {
 /// changes nothing; it makes non-finite values in V reach exactly the rows they reach on the GPU
 /// when the tiles are the GPU plan's (see the README's non-finite inputs).
 ///
+/// `opts.splits` runs split-KV as the GPU does: each query tile's key tiles are cut into that
+/// many contiguous ranges (the GPU's rule: `ceil(tiles / splits)` tiles each), each finished on
+/// its own (normalised output, log-sum-exp, in f32), and the ranges merged by log-sum-exp with
+/// the kernels' own [`SplitMerge`]. `None` or 1 is one pass.
+///
 /// Every check happens before anything is written: on error `out` and `lse` are untouched.
 pub fn attention<T: Element>(
     q: HostTensor<'_, T>,
@@ -81,7 +86,19 @@ pub fn attention<T: Element>(
         }
     }
     let (block_m, block_n) = tiles(opts)?;
-    Tiled::new(&problem, block_m, block_n).run(&problem, q.data, k.data, v.data, out.data, lse);
+    let splits = opts.splits.unwrap_or(1);
+    if splits == 0 || splits > MAX_SPLITS {
+        return Err(InvalidInput::Tiles {
+            method: opts.method,
+            block_m: opts.tiles.block_m,
+            block_n: opts.tiles.block_n,
+            reason: TileError::Splits { splits },
+        }
+        .into());
+    }
+    let mut tiled = Tiled::new(&problem, block_m, block_n);
+    tiled.splits = splits;
+    tiled.run(&problem, q.data, k.data, v.data, out.data, lse);
     Ok(())
 }
 
@@ -103,6 +120,12 @@ struct Tiled {
     acc: Vec<f32>,
     /// One running state per query row.
     state: Vec<OnlineSoftmax>,
+    /// Split-KV: key ranges per query tile (1: one pass).
+    splits: usize,
+    /// Split-KV: each split's normalised output rows (`splits × block_m × d`) and log-sum-exps
+    /// (`splits × block_m`).
+    part_o: Vec<f32>,
+    part_lse: Vec<f32>,
 }
 
 impl Tiled {
@@ -122,6 +145,9 @@ impl Tiled {
             s: vec![0.0; block_n],
             acc: vec![0.0; block_m * d],
             state: vec![OnlineSoftmax::new(); block_m],
+            splits: 1,
+            part_o: Vec::new(),
+            part_lse: Vec::new(),
         }
     }
 
@@ -147,49 +173,61 @@ impl Tiled {
                     for r in 0..rows {
                         load(&mut self.q[r * d..(r + 1) * d], q, p.q().offset(b, seq.q_start + t0 + r, h));
                     }
-                    self.acc[..rows * d].fill(0.0);
-                    self.state[..rows].fill(OnlineSoftmax::new());
-
                     // Key tiles beyond what the tile's last query sees are skipped; the tiles
                     // visited are whole (up to the end of the keys).
                     let key_end = p.key_end(t0 + rows - 1, seq.len_q, seq.len_k);
-                    for j0 in (0..key_end).step_by(bn) {
-                        let cols = bn.min(seq.len_k - j0);
-                        for c in 0..cols {
-                            let j = seq.k_start + j0 + c;
-                            load(&mut self.k[c * d..(c + 1) * d], k, p.k().offset(b, j, kh));
-                            load(&mut self.v[c * d..(c + 1) * d], v, p.v().offset(b, j, kh));
+                    let n_tiles = key_end.div_ceil(bn);
+                    let tiles_of = |split: usize, splits: usize| {
+                        let per = n_tiles.div_ceil(splits);
+                        let begin = (split * per).min(n_tiles);
+                        begin..(begin + per).min(n_tiles)
+                    };
+                    let ctx = TileCtx { p, seq: &seq, kh, t0, rows, scale_log2 };
+                    if self.splits > 1 {
+                        let splits = self.splits;
+                        self.part_o.resize(splits * bm * d, 0.0);
+                        self.part_lse.resize(splits * bm, 0.0);
+                        for split in 0..splits {
+                            self.keys(&ctx, k, v, tiles_of(split, splits));
+                            for r in 0..rows {
+                                let fin = self.state[r].finish(scale_log2);
+                                let at = (split * bm + r) * d;
+                                for (o, &a) in
+                                    self.part_o[at..at + d].iter_mut().zip(&self.acc[r * d..(r + 1) * d])
+                                {
+                                    *o = a * fin.inv_sum;
+                                }
+                                self.part_lse[split * bm + r] = fin.lse;
+                            }
                         }
+                        // Merge the splits into the accumulator, normalised, and the states'
+                        // places into the merged log-sum-exps.
                         for r in 0..rows {
-                            // Keys of this tile that row `r` sees; the rest score -inf.
-                            let seen = p.key_end(t0 + r, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
-                            let q_row = &self.q[r * d..(r + 1) * d];
-                            let s = &mut self.s[..cols];
-                            let mut block_max = f32::NEG_INFINITY;
-                            for (c, sc) in s.iter_mut().enumerate() {
-                                *sc = if c < seen {
-                                    dot(q_row, &self.k[c * d..(c + 1) * d])
-                                } else {
-                                    f32::NEG_INFINITY
-                                };
-                                block_max = block_max.max(*sc);
-                            }
-                            let step = self.state[r].step(block_max, scale_log2);
+                            let mut merge = SplitMerge::new();
+                            (0..splits).for_each(|sp| merge.see(self.part_lse[sp * bm + r]));
                             let acc = &mut self.acc[r * d..(r + 1) * d];
-                            if step.alpha != 1.0 {
-                                acc.iter_mut().for_each(|a| *a *= step.alpha);
-                            }
-                            let mut block_sum = 0.0f32;
-                            for (c, &sc) in s.iter().enumerate() {
-                                let prob = step.prob_any(sc, scale_log2);
-                                block_sum += prob;
-                                for (a, &x) in acc.iter_mut().zip(&self.v[c * d..(c + 1) * d]) {
-                                    *a += prob * x;
+                            acc.fill(0.0);
+                            let mut weight_sum = 0.0f32;
+                            for sp in 0..splits {
+                                let w = merge.weight(self.part_lse[sp * bm + r]);
+                                weight_sum += w;
+                                let at = (sp * bm + r) * d;
+                                for (a, &x) in acc.iter_mut().zip(&self.part_o[at..at + d]) {
+                                    *a += w * x;
                                 }
                             }
-                            self.state[r].add(block_sum);
+                            let fin = merge.finish(weight_sum);
+                            let o = p.o().offset(b, seq.q_start + t0 + r, h);
+                            for (dst, &a) in out[o..o + d].iter_mut().zip(acc.iter()) {
+                                *dst = T::from_f32(a * fin.inv_sum);
+                            }
+                            if let Some(l) = lse.as_deref_mut() {
+                                l[p.lse_index(i, h, t0 + r)] = fin.lse;
+                            }
                         }
+                        continue;
                     }
+                    self.keys(&ctx, k, v, 0..n_tiles);
 
                     for r in 0..rows {
                         let t = t0 + r;
@@ -206,6 +244,61 @@ impl Tiled {
             }
         }
     }
+
+    /// Streams key tiles `tiles` (indices of `block_n`-key tiles) of one query tile through the
+    /// recurrence, from a fresh accumulator and fresh states.
+    fn keys<T: Element>(&mut self, c: &TileCtx<'_>, k: &[T], v: &[T], tiles: std::ops::Range<usize>) {
+        let (d, bn) = (self.d, self.block_n);
+        let TileCtx { p, seq, kh, t0, rows, scale_log2, .. } = *c;
+        let b = seq.batch_index;
+        self.acc[..rows * d].fill(0.0);
+        self.state[..rows].fill(OnlineSoftmax::new());
+        for j0 in tiles.map(|t| t * bn) {
+            let cols = bn.min(seq.len_k - j0);
+            for c in 0..cols {
+                let j = seq.k_start + j0 + c;
+                load(&mut self.k[c * d..(c + 1) * d], k, p.k().offset(b, j, kh));
+                load(&mut self.v[c * d..(c + 1) * d], v, p.v().offset(b, j, kh));
+            }
+            for r in 0..rows {
+                // Keys of this tile that row `r` sees; the rest score -inf.
+                let seen = p.key_end(t0 + r, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                let q_row = &self.q[r * d..(r + 1) * d];
+                let s = &mut self.s[..cols];
+                let mut block_max = f32::NEG_INFINITY;
+                for (c, sc) in s.iter_mut().enumerate() {
+                    *sc = if c < seen { dot(q_row, &self.k[c * d..(c + 1) * d]) } else { f32::NEG_INFINITY };
+                    block_max = block_max.max(*sc);
+                }
+                let step = self.state[r].step(block_max, scale_log2);
+                let acc = &mut self.acc[r * d..(r + 1) * d];
+                if step.alpha != 1.0 {
+                    acc.iter_mut().for_each(|a| *a *= step.alpha);
+                }
+                let mut block_sum = 0.0f32;
+                for (c, &sc) in s.iter().enumerate() {
+                    let prob = step.prob_any(sc, scale_log2);
+                    block_sum += prob;
+                    for (a, &x) in acc.iter_mut().zip(&self.v[c * d..(c + 1) * d]) {
+                        *a += prob * x;
+                    }
+                }
+                self.state[r].add(block_sum);
+            }
+        }
+    }
+}
+
+/// Where one query tile is: its problem, sequence, K/V head, first query, rows and
+/// `scale·log2(e)`.
+#[derive(Clone, Copy)]
+struct TileCtx<'a> {
+    p: &'a Problem,
+    seq: &'a crate::problem::Sequence,
+    kh: usize,
+    t0: usize,
+    rows: usize,
+    scale_log2: f32,
 }
 
 /// Converts the `dst.len()` elements at `src[offset..]` to f32.

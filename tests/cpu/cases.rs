@@ -200,3 +200,37 @@ fn a_wrong_output_fails_the_check() {
     bad_lse[3] += 1e-3;
     assert!(flashattn_testkit::check(&case, &out, Some(&bad_lse)).unwrap_err().contains("lse error"));
 }
+
+/// Split-KV on the CPU (the GPU's split rule and merge): split counts that do not divide the key
+/// tiles, more splits than tiles (empty splits), causal with Nq > Nk (splits whose keys a row
+/// cannot see), varlen with empty sequences, decode with GQA.
+#[test]
+fn split_kv_matches_the_oracle() {
+    let mut specs = Vec::new();
+    let mut s = spec(2, 37, 101, 2, 16);
+    s.tiles = Tiles { block_m: Some(8), block_n: Some(8) };
+    specs.push(s.clone());
+    s.causal = true;
+    specs.push(s);
+    let mut s = spec(1, 10, 4, 2, 8);
+    s.causal = true;
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(1) };
+    specs.push(s);
+    let mut s = spec(1, 1, 1, 2, 24);
+    s.sequences =
+        Sequences::VarLen { q_lens: vec![3, 0, 9, 1], k_lens: vec![40, 5, 0, 17], spare_q: 1, spare_k: 2 };
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
+    s.causal = true;
+    specs.push(s);
+    let mut s = spec(3, 1, 300, 8, 32);
+    s.heads_k = 2;
+    s.tiles = Tiles { block_m: Some(16), block_n: Some(16) };
+    specs.push(s);
+    for s in specs {
+        for splits in [2, 3, 7, 128] {
+            let mut s = s.clone();
+            s.splits = Some(splits);
+            all_dtypes(&s);
+        }
+    }
+}

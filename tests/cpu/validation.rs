@@ -300,3 +300,16 @@ fn varlen_offsets_beyond_the_buffer() {
         InvalidInput::VarLenTotal { tensor: "k", last: 13, tokens: 12 }
     );
 }
+
+#[test]
+fn split_counts_outside_one_to_max_are_refused() {
+    let l = Layout::bshd(1, 8, 1, 16);
+    for splits in [0, flashattn::MAX_SPLITS + 1] {
+        let mut call = Call::new(l, l);
+        call.opts.splits = Some(splits);
+        assert!(
+            matches!(call.refused(), InvalidInput::Tiles { reason: TileError::Splits { splits: s }, .. } if s == splits),
+            "{splits}"
+        );
+    }
+}
