@@ -1,7 +1,7 @@
 //! Attention on the CPU: the tiled algorithm with the shared online-softmax recurrence, for
 //! machines without a GPU and as the first thing the tests check.
 
-use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge};
+use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge, prob_from_lse};
 
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
@@ -284,6 +284,207 @@ impl Tiled {
                     }
                 }
                 self.state[r].add(block_sum);
+            }
+        }
+    }
+}
+
+/// The gradients' destinations of [`attention_backward`]: dQ, dK and dV, each laid out like its
+/// input (same shape; any strides whose elements do not overlap).
+#[derive(Debug)]
+pub struct Gradients<'a, T> {
+    /// ∂L/∂Q, the shape of Q.
+    pub dq: HostTensorMut<'a, T>,
+    /// ∂L/∂K, the shape of K.
+    pub dk: HostTensorMut<'a, T>,
+    /// ∂L/∂V, the shape of V.
+    pub dv: HostTensorMut<'a, T>,
+}
+
+/// The backward pass of attention on the CPU, tiled as FlashAttention-2's: from Q, K, V, the
+/// forward's output O and log-sum-exp, and the upstream gradient dO, writes dQ, dK and dV.
+///
+/// 1. `D_t = Σ dO_t ∘ O_t` per query row (f32).
+/// 2. For each K/V head and tile of `block_n` keys, with dK and dV accumulators for the tile in
+///    f32: for every query head that reads it (grouped-query attention sums over them) and
+///    every tile of `block_m` queries that sees one of its keys, recompute
+///    `P = exp(scale·q·k − lse)` from the log-sum-exp
+///    ([`flashattn_kernels::softmax::prob_from_lse`], the kernels' own), then
+///    `dV += Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ∘ (dP − D)`, `dK += scale·dSᵀ·Q`, and
+///    `dQ += scale·dS·K` into an f32 accumulator of every query row, converted at the end.
+///
+/// Memory beyond the inputs and outputs is O(N): D and the f32 dQ accumulator, one value and
+/// one row per query row. Rows that see no key (`lse = -inf`) have zero gradients, never NaN.
+/// `lse` is the forward's, laid out as [`Problem::lse_index`] says; `opts` must be the
+/// forward's (scale, causal, varlen); `opts.tiles` sets the tiles. Everything is checked before
+/// anything is written.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: Element>(
+    q: HostTensor<'_, T>,
+    k: HostTensor<'_, T>,
+    v: HostTensor<'_, T>,
+    o: HostTensor<'_, T>,
+    lse: &[f32],
+    d_o: HostTensor<'_, T>,
+    grads: Gradients<'_, T>,
+    opts: &AttentionOptions,
+) -> Result<()> {
+    let problem = Problem::new(
+        q.layout,
+        k.layout,
+        v.layout,
+        o.layout,
+        [q.data.len(), k.data.len(), v.data.len(), o.data.len()],
+        opts,
+    )?;
+    if lse.len() < problem.lse_len() {
+        return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: lse.len() }.into());
+    }
+    // dO is read like O; dQ, dK, dV are written like Q, K, V: the same shapes, any strides.
+    let same_shape = |name: &'static str, what: &Layout, like: &Layout, len: usize| -> Result<()> {
+        for (dim, a, b) in [
+            ("batch", what.batch, like.batch),
+            ("seqlen", what.seqlen, like.seqlen),
+            ("heads", what.heads, like.heads),
+            ("head_dim", what.head_dim, like.head_dim),
+        ] {
+            if a != b {
+                return Err(
+                    InvalidInput::ShapeMismatch { what: dim, tensor: name, expected: b, actual: a }.into()
+                );
+            }
+        }
+        let need = what.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
+        if need > len {
+            return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len }.into());
+        }
+        Ok(())
+    };
+    same_shape("d_o", &d_o.layout, &o.layout, d_o.data.len())?;
+    for (name, g, like) in
+        [("dq", &grads.dq, &q.layout), ("dk", &grads.dk, &k.layout), ("dv", &grads.dv, &v.layout)]
+    {
+        same_shape(name, &g.layout, like, g.data.len())?;
+        if g.layout.overlaps() {
+            let l = g.layout;
+            return Err(InvalidInput::OverlappingOutput {
+                strides: [l.batch_stride, l.seq_stride, l.head_stride],
+                head_dim: l.head_dim,
+            }
+            .into());
+        }
+    }
+    let (block_m, block_n) = tiles(opts)?;
+    let inputs = [q.data, k.data, v.data, o.data, d_o.data];
+    backward_tiled(&problem, inputs, d_o.layout, lse, grads, (block_m, block_n));
+    Ok(())
+}
+
+/// The body of [`attention_backward`], on validated inputs.
+fn backward_tiled<T: Element>(
+    p: &Problem,
+    [q, k, v, o, d_o]: [&[T]; 5],
+    ld: Layout,
+    lse: &[f32],
+    grads: Gradients<'_, T>,
+    (block_m, block_n): (usize, usize),
+) {
+    let d = p.head_dim();
+    let (max_q, max_k) = p.max_lens();
+    let (bm, bn) = (block_m.min(max_q.max(1)), block_n.min(max_k.max(1)));
+    let scale = p.scale();
+    let scale_log2 = p.scale_log2();
+    let group = p.group_size();
+    let (lq, lo, lk, lv) = (*p.q(), *p.o(), *p.k(), *p.v());
+    // 1. D = rowsum(dO ∘ O) per query row; dQ accumulates in f32, one row per query row.
+    let rows = p.lse_len();
+    let mut big_d = vec![0.0f32; rows];
+    let mut dq_acc = vec![0.0f32; rows * d];
+    let (mut o_row, mut do_row) = (vec![0.0f32; d], vec![0.0f32; d]);
+    for i in 0..p.batch() {
+        let seq = p.sequence(i);
+        for h in 0..lq.heads {
+            for t in 0..seq.len_q {
+                load(&mut o_row, o, lo.offset(seq.batch_index, seq.q_start + t, h));
+                load(&mut do_row, d_o, ld.offset(seq.batch_index, seq.q_start + t, h));
+                big_d[p.lse_index(i, h, t)] = dot(&o_row, &do_row);
+            }
+        }
+    }
+    // 2. Key tiles, each with its dK, dV accumulators.
+    let Gradients { dq, dk, dv } = grads;
+    let (mut kt, mut vt) = (vec![0.0f32; bn * d], vec![0.0f32; bn * d]);
+    let (mut dk_acc, mut dv_acc) = (vec![0.0f32; bn * d], vec![0.0f32; bn * d]);
+    let (mut q_row, mut p_row, mut ds_row) = (vec![0.0f32; d], vec![0.0f32; bn], vec![0.0f32; bn]);
+    for i in 0..p.batch() {
+        let seq = p.sequence(i);
+        let b = seq.batch_index;
+        for kh in 0..lk.heads {
+            for j0 in (0..seq.len_k).step_by(bn) {
+                let cols = bn.min(seq.len_k - j0);
+                for c in 0..cols {
+                    load(&mut kt[c * d..(c + 1) * d], k, lk.offset(b, seq.k_start + j0 + c, kh));
+                    load(&mut vt[c * d..(c + 1) * d], v, lv.offset(b, seq.k_start + j0 + c, kh));
+                }
+                dk_acc[..cols * d].fill(0.0);
+                dv_acc[..cols * d].fill(0.0);
+                for h in kh * group..(kh + 1) * group {
+                    for t0 in (0..seq.len_q).step_by(bm) {
+                        let t_end = bm.min(seq.len_q - t0) + t0;
+                        // Query tiles whose last row sees none of these keys are skipped.
+                        if p.key_end(t_end - 1, seq.len_q, seq.len_k) <= j0 {
+                            continue;
+                        }
+                        for t in t0..t_end {
+                            let row = p.lse_index(i, h, t);
+                            let seen = p.key_end(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                            if seen == 0 {
+                                continue;
+                            }
+                            load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
+                            load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
+                            for c in 0..seen {
+                                let s = dot(&q_row, &kt[c * d..(c + 1) * d]);
+                                let pr = prob_from_lse(s, scale_log2, lse[row]);
+                                let dp = dot(&do_row, &vt[c * d..(c + 1) * d]);
+                                p_row[c] = pr;
+                                ds_row[c] = pr * (dp - big_d[row]);
+                            }
+                            let dq_row = &mut dq_acc[row * d..(row + 1) * d];
+                            for c in 0..seen {
+                                let (pr, ds) = (p_row[c], scale * ds_row[c]);
+                                let (dvc, dkc) =
+                                    (&mut dv_acc[c * d..(c + 1) * d], &mut dk_acc[c * d..(c + 1) * d]);
+                                for x in 0..d {
+                                    dvc[x] += pr * do_row[x];
+                                    dkc[x] += ds * q_row[x];
+                                    dq_row[x] += ds * kt[c * d + x];
+                                }
+                            }
+                        }
+                    }
+                }
+                for c in 0..cols {
+                    let (ko, vo) = (
+                        dk.layout.offset(b, seq.k_start + j0 + c, kh),
+                        dv.layout.offset(b, seq.k_start + j0 + c, kh),
+                    );
+                    for x in 0..d {
+                        dk.data[ko + x] = T::from_f32(dk_acc[c * d + x]);
+                        dv.data[vo + x] = T::from_f32(dv_acc[c * d + x]);
+                    }
+                }
+            }
+        }
+        // Keys of K/V heads no query head reads cannot exist (heads divide); every key above
+        // was written, also those no query sees (zero).
+        for h in 0..lq.heads {
+            for t in 0..seq.len_q {
+                let row = p.lse_index(i, h, t);
+                let off = dq.layout.offset(b, seq.q_start + t, h);
+                for x in 0..d {
+                    dq.data[off + x] = T::from_f32(dq_acc[row * d + x]);
+                }
             }
         }
     }

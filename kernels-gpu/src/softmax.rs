@@ -185,6 +185,18 @@ impl OnlineSoftmax {
     }
 }
 
+/// The backward pass's probability of a raw score, recomputed from its row's log-sum-exp (the
+/// natural-log value the forward pass writes): `P = exp(scale·s − lse) = 2^(s·scale_log2 −
+/// lse·log2 e)`, one FMA and one `exp2`. A row that saw no key (`lse = -inf`) has no
+/// probabilities: 0, so its gradients are exactly 0 (never NaN).
+#[inline(always)]
+pub fn prob_from_lse(score: f32, scale_log2: f32, lse: f32) -> f32 {
+    if lse == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    exp2(fma(score, scale_log2, -lse * LOG2_E))
+}
+
 /// Merging split-KV partial results: each split of a row's keys finished on its own, with a
 /// normalised output `o_s` and a log-sum-exp `lse_s`; the row's output is
 /// `Σ_s w_s·o_s / Σ_s w_s` with `w_s = exp(lse_s − max_s lse_s)`, and its log-sum-exp is

@@ -6,6 +6,7 @@
 //! the suite short otherwise. Failures are persisted by proptest next to the sources, in
 //! `tests/proptest-regressions/` (committed), and replayed first on every run.
 
+mod backward;
 mod cases;
 mod explain;
 mod holes;

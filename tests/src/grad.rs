@@ -18,7 +18,7 @@
 //! attention) and over every query that sees the key. A query row that sees no key contributes
 //! nothing, and its `dq` is exactly 0.
 
-use flashattn::Problem;
+use flashattn::{Element, Problem};
 
 use crate::case::for_each_row;
 
@@ -92,6 +92,125 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
         }
     });
     g
+}
+
+/// Standard attention's backward in the input precision `T`, the yardstick of the gradient
+/// tolerance rule (as FlashAttention's tests take PyTorch's autograd of attention in the input
+/// dtype): per row, scores in f32 from the `T` inputs and rounded to `T`, the softmax in f32,
+/// `dP = dO·Vᵀ` rounded to `T`, `D = Σ P·dP`, `dS = P ∘ (dP − D)` rounded to `T`; the products
+/// `dV = Pᵀ·dO` (with `P` rounded to `T`), `dQ = scale·dS·K` and `dK = scale·dSᵀ·Q` accumulate
+/// in f32 and are rounded to `T` once. Laid out like [`Gradients`].
+pub fn baseline_backward<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T], d_o: &[T]) -> Gradients {
+    let len = |l: &flashattn::Layout| l.required_len().expect("a validated layout does not overflow");
+    let d = problem.head_dim();
+    let scale = problem.scale();
+    let round = |x: f32| T::from_f32(x).to_f32();
+    let row = |buf: &[T], o: usize| -> Vec<f32> { buf[o..o + d].iter().map(|x| x.to_f32()).collect() };
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0.0f32, |s, (x, y)| s + x * y);
+    let (mut dq, mut dk, mut dv) =
+        (vec![0.0f32; len(problem.q())], vec![0.0f32; len(problem.k())], vec![0.0f32; len(problem.v())]);
+    for_each_row(problem, |c, _| {
+        let seq = problem.sequence(c.seq);
+        let kh = c.h / problem.group_size();
+        let qo = problem.q().offset(c.b, c.s, c.h);
+        let (q_row, do_row) = (row(q, qo), row(d_o, problem.o().offset(c.b, c.s, c.h)));
+        let visible: Vec<usize> =
+            (0..seq.len_k).filter(|&j| problem.visible(c.t, j, seq.len_q, seq.len_k)).collect();
+        if visible.is_empty() {
+            return;
+        }
+        let k_at = |j: usize| problem.k().offset(c.b, seq.k_start + j, kh);
+        let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
+        let scores: Vec<f32> =
+            visible.iter().map(|&j| round(scale * dot(&q_row, &row(k, k_at(j))))).collect();
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let e: Vec<f32> = scores.iter().map(|&x| (x - max).exp()).collect();
+        let sum: f32 = e.iter().sum();
+        let probs: Vec<f32> = e.iter().map(|x| x / sum).collect();
+        let dps: Vec<f32> = visible.iter().map(|&j| round(dot(&do_row, &row(v, v_at(j))))).collect();
+        let big_d: f32 = probs.iter().zip(&dps).map(|(p, dp)| p * dp).sum();
+        for ((&j, &pr), &dp) in visible.iter().zip(&probs).zip(&dps) {
+            let ds = round(pr * (dp - big_d));
+            let p_t = round(pr);
+            let (ko, vo) = (k_at(j), v_at(j));
+            for x in 0..d {
+                dv[vo + x] += p_t * do_row[x];
+                dq[qo + x] += scale * ds * k[ko + x].to_f32();
+                dk[ko + x] += scale * ds * q_row[x];
+            }
+        }
+    });
+    let wide = |x: Vec<f32>| x.into_iter().map(|e| f64::from(round(e))).collect();
+    Gradients { dq: wide(dq), dk: wide(dk), dv: wide(dv) }
+}
+
+/// Every element of the gradients that the layouts address for some sequence: dQ's query rows
+/// and dK's/dV's key rows of every sequence and head (as `(tensor, index)`, tensor 0 = dQ,
+/// 1 = dK, 2 = dV).
+pub fn for_each_gradient(problem: &Problem, mut f: impl FnMut(usize, usize)) {
+    let d = problem.head_dim();
+    for_each_row(problem, |c, _| {
+        let o = problem.q().offset(c.b, c.s, c.h);
+        (o..o + d).for_each(|i| f(0, i));
+    });
+    for i in 0..problem.batch() {
+        let seq = problem.sequence(i);
+        for kh in 0..problem.k().heads {
+            for j in 0..seq.len_k {
+                let ko = problem.k().offset(seq.batch_index, seq.k_start + j, kh);
+                let vo = problem.v().offset(seq.batch_index, seq.k_start + j, kh);
+                (ko..ko + d).for_each(|x| f(1, x));
+                (vo..vo + d).for_each(|x| f(2, x));
+            }
+        }
+    }
+}
+
+/// The gradient tolerance rule, FlashAttention's for its backward tests: for each of dQ, dK and
+/// dV, with `ref` the f64 oracle and `base` [`baseline_backward`] in the input precision,
+///
+/// ```text
+/// max |x − ref| ≤ 2·max |base − ref| + atol,   atol = 2·max |round_T(ref + 0.3) − (ref + 0.3)|
+/// ```
+///
+/// (the forward's rule, [`crate::tolerance`], on each gradient), every addressed element finite.
+/// Returns the worst `err / (2·err_base + atol)` over the three, or what failed.
+pub fn check_gradients<T: Element>(
+    problem: &Problem,
+    got: [&[T]; 3],
+    reference: &Gradients,
+    baseline: &Gradients,
+) -> Result<f64, String> {
+    let names = ["dq", "dk", "dv"];
+    let refs = [&reference.dq, &reference.dk, &reference.dv];
+    let bases = [&baseline.dq, &baseline.dk, &baseline.dv];
+    let (mut err, mut err_base, mut atol) = ([0.0f64; 3], [0.0f64; 3], [0.0f64; 3]);
+    let mut bad: Option<String> = None;
+    for_each_gradient(problem, |t, i| {
+        let (x, r) = (f64::from(got[t][i].to_f32()), refs[t][i]);
+        if !x.is_finite() && bad.is_none() {
+            bad = Some(format!("{}[{i}] = {x} (reference {r})", names[t]));
+        }
+        err[t] = err[t].max((x - r).abs());
+        err_base[t] = err_base[t].max((bases[t][i] - r).abs());
+        let shifted = r + 0.3;
+        atol[t] = atol[t].max(2.0 * (f64::from(T::from_f32(shifted as f32).to_f32()) - shifted).abs());
+    });
+    if let Some(b) = bad {
+        return Err(format!("non-finite gradient: {b}"));
+    }
+    let mut worst = 0.0f64;
+    for t in 0..3 {
+        let allowed = 2.0 * err_base[t] + atol[t];
+        if err[t] > allowed {
+            return Err(format!(
+                "{} error {:.3e} exceeds 2·baseline error {:.3e} + atol {:.3e} = {allowed:.3e}",
+                names[t], err[t], err_base[t], atol[t]
+            ));
+        }
+        worst = worst.max(err[t] / allowed.max(f64::MIN_POSITIVE));
+    }
+    Ok(worst)
 }
 
 #[cfg(test)]
