@@ -304,17 +304,22 @@ pub struct Gradients<'a, T> {
 /// The backward pass of attention on the CPU, tiled as FlashAttention-2's: from Q, K, V, the
 /// forward's output O and log-sum-exp, and the upstream gradient dO, writes dQ, dK and dV.
 ///
-/// 1. `D_t = Σ dO_t ∘ O_t` per query row (f32).
+/// 1. Per query row, a pass over its keys: `D_t = Σ_j P_tj·dP_tj` (relative to the dP of its
+///    most probable key) and `1/Σ_j P_tj` (see the
+///    code for why not FlashAttention-2's `rowsum(dO ∘ O)`: the storage type's rounding of O
+///    and the f32 rounding of a large log-sum-exp would cost many times the baseline's error on
+///    nearly one-hot rows).
 /// 2. For each K/V head and tile of `block_n` keys, with dK and dV accumulators for the tile in
 ///    f32: for every query head that reads it (grouped-query attention sums over them) and
 ///    every tile of `block_m` queries that sees one of its keys, recompute
 ///    `P = exp(scale·q·k − lse)` from the log-sum-exp
-///    ([`flashattn_kernels::softmax::prob_from_lse`], the kernels' own), then
+///    ([`flashattn_kernels::softmax::prob_from_lse`], the kernels' own) times the row's
+///    normaliser, then
 ///    `dV += Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ∘ (dP − D)`, `dK += scale·dSᵀ·Q`, and
 ///    `dQ += scale·dS·K` into an f32 accumulator of every query row, converted at the end.
 ///
-/// Memory beyond the inputs and outputs is O(N): D and the f32 dQ accumulator, one value and
-/// one row per query row. Rows that see no key (`lse = -inf`) have zero gradients, never NaN.
+/// Memory beyond the inputs and outputs is O(N): D (two numbers), the normaliser and the f32 dQ
+/// accumulator per query row, and one row's (P, dP) pairs. Rows that see no key (`lse = -inf`) have zero gradients, never NaN.
 /// `lse` is the forward's, laid out as [`Problem::lse_index`] says; `opts` must be the
 /// forward's (scale, causal, varlen); `opts.tiles` sets the tiles. Everything is checked before
 /// anything is written.
@@ -375,7 +380,7 @@ pub fn attention_backward<T: Element>(
         }
     }
     let (block_m, block_n) = tiles(opts)?;
-    let inputs = [q.data, k.data, v.data, o.data, d_o.data];
+    let inputs = [q.data, k.data, v.data, d_o.data];
     backward_tiled(&problem, inputs, d_o.layout, lse, grads, (block_m, block_n));
     Ok(())
 }
@@ -383,7 +388,7 @@ pub fn attention_backward<T: Element>(
 /// The body of [`attention_backward`], on validated inputs.
 fn backward_tiled<T: Element>(
     p: &Problem,
-    [q, k, v, o, d_o]: [&[T]; 5],
+    [q, k, v, d_o]: [&[T]; 4],
     ld: Layout,
     lse: &[f32],
     grads: Gradients<'_, T>,
@@ -395,19 +400,46 @@ fn backward_tiled<T: Element>(
     let scale = p.scale();
     let scale_log2 = p.scale_log2();
     let group = p.group_size();
-    let (lq, lo, lk, lv) = (*p.q(), *p.o(), *p.k(), *p.v());
-    // 1. D = rowsum(dO ∘ O) per query row; dQ accumulates in f32, one row per query row.
+    let (lq, lk, lv) = (*p.q(), *p.k(), *p.v());
+    // 1. Per query row, from the same recomputed P and dP as the main pass: D = Σ_j P_j·dP_j
+    //    (as a pivot and the sum relative to it) and the factor 1/Σ_j P_j that makes the
+    //    recomputed P sum to 1. Not rowsum(dO ∘ O): with
+    //    O rounded to the storage type that costs dQ and dK an error of u·|O|·|dO| in every row.
+    //    And not P from the log-sum-exp alone: an f32 log-sum-exp in the thousands (logits in
+    //    the thousands) is off by u·|lse|, a factor common to the row's P that normalising
+    //    removes exactly (as the forward's rounding of max·scale cancels in o = Σpv / Σp).
+    //    Near-one-hot rows turn either error into many times the input-precision baseline's.
+    //    dQ accumulates in f32.
     let rows = p.lse_len();
-    let mut big_d = vec![0.0f32; rows];
+    let (mut pivot, mut d_rel, mut inv_sum) = (vec![0.0f32; rows], vec![0.0f32; rows], vec![0.0f32; rows]);
+    let mut pdp: Vec<(f32, f32)> = Vec::new();
     let mut dq_acc = vec![0.0f32; rows * d];
-    let (mut o_row, mut do_row) = (vec![0.0f32; d], vec![0.0f32; d]);
+    let (mut q_row, mut do_row, mut kv_row) = (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; d]);
     for i in 0..p.batch() {
         let seq = p.sequence(i);
+        let b = seq.batch_index;
         for h in 0..lq.heads {
+            let kh = h / group;
             for t in 0..seq.len_q {
-                load(&mut o_row, o, lo.offset(seq.batch_index, seq.q_start + t, h));
-                load(&mut do_row, d_o, ld.offset(seq.batch_index, seq.q_start + t, h));
-                big_d[p.lse_index(i, h, t)] = dot(&o_row, &do_row);
+                let row = p.lse_index(i, h, t);
+                load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
+                load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
+                pdp.clear();
+                for j in 0..p.key_end(t, seq.len_q, seq.len_k) {
+                    load(&mut kv_row, k, lk.offset(b, seq.k_start + j, kh));
+                    let pr = prob_from_lse(dot(&q_row, &kv_row), scale_log2, lse[row]);
+                    load(&mut kv_row, v, lv.offset(b, seq.k_start + j, kh));
+                    pdp.push((pr, dot(&do_row, &kv_row)));
+                }
+                // A row without keys (or whose every probability underflowed) has none: 0.
+                let sum_p: f32 = pdp.iter().map(|&(pr, _)| pr).sum();
+                let inv = if sum_p > 0.0 { 1.0 / sum_p } else { 0.0 };
+                // The pivot: dP of the most probable key. `D − pivot = Σ P(dP − pivot)` is then
+                // small where dS is (the dominant key adds exactly 0), and a row with one key
+                // gets dS = 0 exactly, as the math says.
+                let top = pdp.iter().fold((0.0f32, 0.0f32), |m, &x| if x.0 > m.0 { x } else { m });
+                let rel: f32 = pdp.iter().map(|&(pr, dp)| pr * inv * (dp - top.1)).sum();
+                (pivot[row], d_rel[row], inv_sum[row]) = (top.1, rel, inv);
             }
         }
     }
@@ -415,7 +447,7 @@ fn backward_tiled<T: Element>(
     let Gradients { dq, dk, dv } = grads;
     let (mut kt, mut vt) = (vec![0.0f32; bn * d], vec![0.0f32; bn * d]);
     let (mut dk_acc, mut dv_acc) = (vec![0.0f32; bn * d], vec![0.0f32; bn * d]);
-    let (mut q_row, mut p_row, mut ds_row) = (vec![0.0f32; d], vec![0.0f32; bn], vec![0.0f32; bn]);
+    let (mut p_row, mut ds_row) = (vec![0.0f32; bn], vec![0.0f32; bn]);
     for i in 0..p.batch() {
         let seq = p.sequence(i);
         let b = seq.batch_index;
@@ -445,10 +477,10 @@ fn backward_tiled<T: Element>(
                             load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
                             for c in 0..seen {
                                 let s = dot(&q_row, &kt[c * d..(c + 1) * d]);
-                                let pr = prob_from_lse(s, scale_log2, lse[row]);
+                                let pr = prob_from_lse(s, scale_log2, lse[row]) * inv_sum[row];
                                 let dp = dot(&do_row, &vt[c * d..(c + 1) * d]);
                                 p_row[c] = pr;
-                                ds_row[c] = pr * (dp - big_d[row]);
+                                ds_row[c] = pr * ((dp - pivot[row]) - d_rel[row]);
                             }
                             let dq_row = &mut dq_acc[row * d..(row + 1) * d];
                             for c in 0..seen {

@@ -8,6 +8,7 @@ use flashattn::{Element, Tiles, bf16, f16};
 use flashattn_testkit::grad::{attention_backward_f64, baseline_backward, check_gradients};
 use flashattn_testkit::oracle::widen;
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values};
+use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -102,4 +103,26 @@ fn backward_matches_the_gradient_oracle() {
         worst = worst.max(run::<bf16>(s, 40 + i as u64).unwrap_or(f64::INFINITY));
     }
     eprintln!("backward: worst rule ratio {worst:.3}");
+}
+
+/// Cases per property test: `PROPTEST_CASES` if set, else `default`.
+fn config(default: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    ProptestConfig { cases, ..ProptestConfig::default() }
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    /// The forward's random specs (odd shapes, tiles that divide nothing, every mask, varlen
+    /// with empty sequences, GQA/MQA, every layout and input distribution) through the backward.
+    #[test]
+    fn f16_gradients_match_oracle(spec in flashattn_testkit::strategy::spec(), seed in any::<u64>()) {
+        run::<f16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn bf16_gradients_match_oracle(spec in flashattn_testkit::strategy::spec(), seed in any::<u64>()) {
+        run::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
 }
