@@ -13,7 +13,7 @@
 use std::fmt;
 
 use flashattn_kernels::math::LOG2_E;
-use flashattn_kernels::softmax::OnlineSoftmax;
+use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge};
 
 /// What the walkthrough computes.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +94,13 @@ pub struct Walkthrough {
     pub max_lse_difference: f64,
     /// The difference that would falsify exactness (see [`exactness_threshold`]).
     pub threshold: f64,
+    /// Split-KV: the keys cut in two halves (`0..N_k/2`, `N_k/2..N_k`), each finished on its
+    /// own — its output rows and log-sum-exps — as the split blocks of a decode kernel do.
+    pub split_halves: [(Vec<Vec<f32>>, Vec<f32>); 2],
+    /// The halves merged by log-sum-exp ([`SplitMerge`]): output rows.
+    pub split_output: Vec<Vec<f32>>,
+    /// Largest `|split_output − reference|`.
+    pub split_max_difference: f64,
     /// Scores the tiled method held at once: `N_q × min(block_n, N_k)`.
     pub scores_held: usize,
     /// Scores standard attention holds: `N_q × N_k`.
@@ -200,6 +207,44 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
         lse.push(fin.lse);
     }
 
+    // Split-KV: each half of the keys through the same recurrence, finished on its own, then
+    // merged by log-sum-exp.
+    let half = |keys: std::ops::Range<usize>| {
+        let (mut outs, mut lses) = (Vec::new(), Vec::new());
+        for qr in &q {
+            let mut st = OnlineSoftmax::new();
+            let mut a = vec![0.0f32; d];
+            for j in keys.clone() {
+                let s = dot(qr, &k[j]);
+                let step = st.step(s, scale_log2);
+                a.iter_mut().for_each(|x| *x *= step.alpha);
+                let p = step.prob(s, scale_log2);
+                a.iter_mut().zip(&v[j]).for_each(|(x, &y)| *x += p * y);
+                st.add(p);
+            }
+            let fin = st.finish(scale_log2);
+            outs.push(a.iter().map(|x| x * fin.inv_sum).collect::<Vec<f32>>());
+            lses.push(fin.lse);
+        }
+        (outs, lses)
+    };
+    let split_halves = [half(0..n_k / 2), half(n_k / 2..n_k)];
+    let split_output: Vec<Vec<f32>> = (0..n_q)
+        .map(|r| {
+            let mut merge = SplitMerge::new();
+            split_halves.iter().for_each(|(_, l)| merge.see(l[r]));
+            let mut out = vec![0.0f32; d];
+            let mut sum = 0.0f32;
+            for (o, l) in &split_halves {
+                let w = merge.weight(l[r]);
+                sum += w;
+                out.iter_mut().zip(&o[r]).for_each(|(x, &y)| *x += w * y);
+            }
+            let fin = merge.finish(sum);
+            out.iter().map(|x| x * fin.inv_sum).collect()
+        })
+        .collect();
+
     // Standard attention, the standard way: all N_q × N_k scores, then softmax, then P·V (f64).
     let c = f64::from(scale);
     let standard_scores: Vec<Vec<f64>> = q
@@ -238,7 +283,15 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
         .map(|(&a, &b)| if f64::from(a) == b { 0.0 } else { (f64::from(a) - b).abs() })
         .fold(0.0, f64::max);
     let max_abs_logit = standard_scores.iter().flatten().fold(0.0f64, |m, s| m.max(s.abs()));
+    let split_max_difference = split_output
+        .iter()
+        .zip(&reference)
+        .flat_map(|(o, r)| o.iter().zip(r).map(|(&a, &b)| (f64::from(a) - b).abs()))
+        .fold(0.0, f64::max);
     Walkthrough {
+        split_halves,
+        split_output,
+        split_max_difference,
         threshold: exactness_threshold(d, n_k, max_abs_logit),
         scores_held: n_q * bn.min(n_k),
         scores_standard: n_q * n_k,
@@ -362,6 +415,32 @@ impl fmt::Display for Walkthrough {
         } else {
             writeln!(f, "IT OCCURRED: {:.2e} > {:.1e}.", self.max_difference, self.threshold)?;
         }
+        writeln!(f)?;
+        let mid = o.n_k / 2;
+        writeln!(
+            f,
+            "Split-KV (how decoding keeps the GPU busy): keys 0..{mid} and {mid}..{} each go through the same\n\
+             recurrence on their own and finish with an output o_s and a log-sum-exp lse_s; then\n\
+             output = Σ_s w_s·o_s / Σ_s w_s with w_s = exp(lse_s − max lse), again exact:",
+            o.n_k
+        )?;
+        for r in 0..self.split_output.len() {
+            let (a, b) = (&self.split_halves[0], &self.split_halves[1]);
+            writeln!(
+                f,
+                "  q{r}: o_0 {} lse_0 {}   o_1 {} lse_1 {}   merged {}",
+                vector(&a.0[r]),
+                scalar(a.1[r]),
+                vector(&b.0[r]),
+                scalar(b.1[r]),
+                vector(&self.split_output[r])
+            )?;
+        }
+        writeln!(
+            f,
+            "Largest difference of the merged outputs from standard attention: {:.2e} (threshold {:.1e}).",
+            self.split_max_difference, self.threshold
+        )?;
         writeln!(
             f,
             "Scores held at once: {} ({} queries × {} keys of a block), versus {} ({} × {}) for standard attention.",

@@ -40,6 +40,22 @@ fn default_walkthrough_numbers() {
 }
 
 #[test]
+fn merging_the_halves_without_their_weights_is_caught() {
+    // Averaging the halves' outputs (ignoring their log-sum-exps) is what a wrong merge does:
+    // the default example's halves have different log-sum-exps, so that is far from exact.
+    let w = walkthrough(&ExplainOptions::default());
+    let naive_diff = (0..w.output.len())
+        .flat_map(|r| {
+            let (a, b) = (&w.split_halves[0].0[r], &w.split_halves[1].0[r]);
+            let reference = &w.reference[r];
+            (0..a.len()).map(move |x| (f64::from(0.5 * (a[x] + b[x])) - reference[x]).abs())
+        })
+        .fold(0.0, f64::max);
+    assert!(naive_diff > 1e-3, "the halves' plain average is off by {naive_diff}");
+    assert!(w.split_max_difference <= w.threshold);
+}
+
+#[test]
 fn leaving_out_the_rescale_is_caught() {
     // The threshold separates rounding from a wrong method: recombining the blocks without the
     // rescale factors (each block's probabilities taken relative to its own maximum) misses the
@@ -74,9 +90,12 @@ fn other_sizes_are_exact_too() {
         assert_eq!(w.blocks.len(), n_k.div_ceil(block_n));
         assert_eq!(w.scores_held, n_q * block_n.min(n_k));
         assert!(w.max_difference <= w.threshold, "{n_q}×{n_k} d {d}: {}", w.max_difference);
+        // Split-KV's merge of the two halves is exact too (one half is empty for n_k = 1).
+        assert!(w.split_max_difference <= w.threshold, "split {n_q}×{n_k}: {}", w.split_max_difference);
     }
-    // Zero keys: output 0, nothing to hold.
+    // Zero keys: output 0, nothing to hold; both halves empty, merged to 0.
     let w = walkthrough(&ExplainOptions { n_k: 0, ..Default::default() });
     assert!(w.output.iter().flatten().all(|&x| x == 0.0));
+    assert!(w.split_output.iter().flatten().all(|&x| x == 0.0));
     assert_eq!(w.scores_held, 0);
 }
