@@ -548,10 +548,10 @@ fn flash_plan(
     let mut launches = vec![launch];
     let mut scratch_bytes = offsets_bytes(problem);
     if splits > 1 {
-        let Some(Elem16(e)) = combine_elem(family) else {
+        let Some(combine) = combine_family(family) else {
             return Err(unsupported(method, Reason::NoSplitKv));
         };
-        let combine = kernel_on(method, props, Family::Combine(e))?;
+        let combine = kernel_on(method, props, combine)?;
         let rows = problem.max_lens().0.div_ceil(COMBINE_WARPS as usize) as u32;
         launches.push(Launch {
             kind: LaunchKind::Kernel(combine.name()),
@@ -575,12 +575,11 @@ fn flash_plan(
     })
 }
 
-/// The element type of a split-KV kernel's combine.
-struct Elem16(flashattn_kernels::registry::Elem);
-
-fn combine_elem(family: Family) -> Option<Elem16> {
+/// The combine kernel that merges a split-KV kernel's partial results (the tensor-core
+/// kernel's; the general kernel does not split).
+fn combine_family(family: Family) -> Option<Family> {
     match family {
-        Family::FlashMma(e, _) => Some(Elem16(e)),
+        Family::FlashMma(e, _) => Some(Family::Combine(e)),
         _ => None,
     }
 }
