@@ -591,8 +591,7 @@ pub(crate) fn partial_bytes(problem: &Problem, splits: usize) -> u64 {
 }
 
 /// Blocks per SM split-KV aims for. The decode sweep (`kernels-gpu/NOTES.md`, v9: Llama-3-8B
-/// heads, B = 1…64, caches of 1k–128k) peaks at 2–4 blocks per SM: 3 is within 1.5% of the best
-/// split count for B = 4 and 16 and within 7% for B = 1.
+/// heads, B = 1…64, caches of 1k–128k) peaks at 2–4 blocks per SM.
 pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 3;
 
 /// Key tiles each split keeps at least: shorter splits spend more on their prologue, their
