@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flashattn::{DType, Method};
 
-use crate::shapes::{Case, DTypeArg, Mask, Overrides, Preset, Shape, Size, TileSpec, Variant, expand};
+use crate::shapes::{Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, TileSpec, Variant, expand};
 
 /// flashattn's benchmark: where the time and the bytes go.
 #[derive(Debug, Parser)]
@@ -114,6 +114,10 @@ pub struct RunArgs {
     /// Methods: flash, flash-tc, standard, auto.
     #[arg(long, value_delimiter = ',', value_parser = method)]
     pub methods: Option<Vec<Method>>,
+    /// Passes to time: fwd, bwd (the backward alone, given the forward's O and LSE), fwd+bwd.
+    /// The backward runs on the CPU only for now (GPU rows say so).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd")]
+    pub pass: Vec<Pass>,
     /// Which shapes get upload/layout/launch-overhead/download measurements.
     #[arg(long, value_enum, default_value_t = CompleteArg::Preset)]
     pub complete_path: CompleteArg,
@@ -342,6 +346,17 @@ impl RunArgs {
         Ok(cases)
     }
 
+    /// The passes asked for, each once, in the order given.
+    pub fn passes(&self) -> Vec<Pass> {
+        let mut v: Vec<Pass> = Vec::new();
+        for &p in &self.pass {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
+        v
+    }
+
     /// The axis overrides this command line asks for.
     pub fn overrides(&self) -> Overrides {
         Overrides {
@@ -454,6 +469,18 @@ mod tests {
         assert!(err(&["--batch", "2", "--tokens", "3"]).contains("cannot be used with"));
         assert!(err(&["--ceilings", "4.3"]).contains("TB/s,TFLOP/s"));
         assert!(err(&["--preset", "huge"]).contains("headline"));
+    }
+
+    #[test]
+    fn passes_parse() {
+        assert_eq!(run_args(&[]).passes(), [Pass::Fwd]);
+        let r = run_args(&["--pass", "fwd,bwd,fwd+bwd,bwd"]);
+        assert_eq!(r.passes(), [Pass::Fwd, Pass::Bwd, Pass::FwdBwd]);
+        assert_eq!(run_args(&["--pass", "bwd"]).passes(), [Pass::Bwd]);
+        let e = parse(&["run", "--pass", "backward"]).unwrap_err().to_string();
+        assert!(e.contains("fwd+bwd") && e.contains("bwd"), "{e}");
+        assert_eq!(Pass::FwdBwd.name(), "fwd+bwd");
+        assert_eq!([Pass::Fwd, Pass::Bwd, Pass::FwdBwd].map(Pass::flops_factor), [1.0, 2.5, 3.5]);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::inputs::{PoolElem, Pools, SLACK, window_offsets};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
 use crate::record::{CompletePath, ErrorStats, Row, Timing};
-use crate::shapes::{Case, Shape, Variant, check_shape};
+use crate::shapes::{Case, Pass, Shape, Variant, check_shape};
 use crate::stats::Summary;
 
 /// Input sets per shape at least (more when needed to exceed twice the L2).
@@ -95,12 +95,32 @@ pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
         seqlen_k: s.seqlen_k,
         head_dim: s.head_dim,
         mask: s.mask.name().to_string(),
+        pass: Some(Pass::Fwd.name().to_string()),
         status: "ok".to_string(),
         flops: models::flops(s),
         io_bytes: models::io_bytes(s),
         bytes_compulsory: Some(models::compulsory_bytes(s)),
         ..Default::default()
     }
+}
+
+/// Why a GPU row of a backward pass has no measurement.
+pub const NO_GPU_BACKWARD: &str = "no GPU backward yet: issue 12";
+
+/// The rows of a pass with a backward (`bwd`, `fwd+bwd`) on the GPU: one per variant, each
+/// recorded as unsupported, with the pass's FLOPs, since the library has no GPU backward yet.
+pub fn backward_rows(case: &Case, info: &RunInfo, pass: Pass) -> Vec<Row> {
+    let base = base_row(case, "gpu", info);
+    case.variants
+        .iter()
+        .map(|v| Row {
+            pass: Some(pass.name().to_string()),
+            status: "unsupported".to_string(),
+            message: Some(NO_GPU_BACKWARD.to_string()),
+            flops: base.flops * pass.flops_factor(),
+            ..variant_row(&base, v)
+        })
+        .collect()
 }
 
 /// The row of a variant before it runs.
@@ -153,11 +173,26 @@ impl<'a> GpuRunner<'a> {
         stop: &AtomicBool,
         emit: &mut dyn FnMut(Row) -> Result<(), String>,
     ) -> Result<Flow, String> {
-        match case.shape.dtype {
-            DType::BF16 => self.run_typed::<bf16>(case, stop, emit),
-            DType::F16 => self.run_typed::<f16>(case, stop, emit),
-            DType::F32 => self.run_typed::<f32>(case, stop, emit),
+        let passes = self.args.passes();
+        if passes.contains(&Pass::Fwd) {
+            let flow = match case.shape.dtype {
+                DType::BF16 => self.run_typed::<bf16>(case, stop, emit)?,
+                DType::F16 => self.run_typed::<f16>(case, stop, emit)?,
+                DType::F32 => self.run_typed::<f32>(case, stop, emit)?,
+            };
+            if !matches!(flow, Flow::Continue) {
+                return Ok(flow);
+            }
         }
+        for &pass in passes.iter().filter(|&&p| p != Pass::Fwd) {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(Flow::Stop);
+            }
+            for row in backward_rows(case, self.info, pass) {
+                emit(row)?;
+            }
+        }
+        Ok(Flow::Continue)
     }
 
     /// Whether the device still works after a failed row.
@@ -728,6 +763,25 @@ fn one_typed<T: PoolElem>(
 mod tests {
     use super::*;
     use crate::shapes::{Mask, Preset, expand};
+
+    #[test]
+    fn gpu_backward_rows_are_unsupported_not_skipped() {
+        let blocks = Preset::Quick.blocks();
+        let case = &expand(&blocks).unwrap()[0];
+        let info = RunInfo { run_id: "t".into(), device: "gpu".into(), ..Default::default() };
+        for pass in [Pass::Bwd, Pass::FwdBwd] {
+            let rows = backward_rows(case, &info, pass);
+            assert_eq!(rows.len(), case.variants.len());
+            for (r, v) in rows.iter().zip(&case.variants) {
+                assert_eq!((r.status.as_str(), r.pass()), ("unsupported", pass.name()));
+                assert_eq!(r.message.as_deref(), Some(NO_GPU_BACKWARD));
+                assert_eq!(r.method, v.method.name());
+                assert_eq!(r.flops, models::flops(&case.shape) * pass.flops_factor());
+                assert!(r.timing.is_none());
+            }
+        }
+        assert_eq!(base_row(case, "gpu", &info).pass(), "fwd");
+    }
 
     #[test]
     fn failures_become_statuses() {

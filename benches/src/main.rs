@@ -36,7 +36,7 @@ use crate::inputs::Pools;
 use crate::meta::RunInfo;
 use crate::progress::Progress;
 use crate::record::{Ceilings, JsonlWriter, Meta, ROWS_FILE, Record, Row};
-use crate::shapes::{Case, Preset, TileSpec, Variant};
+use crate::shapes::{Case, Pass, Preset, TileSpec, Variant};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -92,7 +92,14 @@ fn run(args: &RunArgs) -> Result<(), String> {
                 if c.complete { "  [complete path]" } else { "" }
             );
         }
-        println!("{} shapes, {} rows", cases.len(), cases.iter().map(|c| c.variants.len()).sum::<usize>());
+        let passes = args.passes();
+        let rows = cases.iter().map(|c| c.variants.len()).sum::<usize>() * passes.len();
+        if passes == [Pass::Fwd] {
+            println!("{} shapes, {rows} rows", cases.len());
+        } else {
+            let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
+            println!("{} shapes, {rows} rows (passes {})", cases.len(), names.join(", "));
+        }
         return Ok(());
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -198,6 +205,7 @@ fn meta_record(args: &RunArgs, info: &RunInfo, dev: Option<&Device>) -> Meta {
             "rep_ms": args.rep_ms,
             "reps": args.reps,
             "check": format!("{:?}", args.check).to_lowercase(),
+            "passes": args.passes().iter().map(|p| p.name()).collect::<Vec<_>>(),
             "seed": args.seed,
             "min_input_sets": gpu::MIN_SETS,
             "batch_below_ms": gpu::BATCH_BELOW_MS,
@@ -233,10 +241,13 @@ fn meta_record(args: &RunArgs, info: &RunInfo, dev: Option<&Device>) -> Meta {
 
 /// One line per row for the log.
 fn summary(r: &Row) -> String {
-    let name = match &r.tiles {
+    let mut name = match &r.tiles {
         Some(t) => format!("{} {t}", r.method),
         None => r.method.clone(),
     };
+    if r.pass() != "fwd" {
+        name += &format!(" [{}]", r.pass());
+    }
     if !r.ok() {
         let msg: String = r.message.clone().unwrap_or_default().chars().take(160).collect();
         return format!("{} {name}: {} ({msg})", r.key, r.status);
@@ -302,7 +313,7 @@ fn gpu_sweep(
     );
     writer.write(&Record::Ceilings(ceil))?;
 
-    let total: usize = cases.iter().map(|c| c.variants.len()).sum();
+    let total: usize = cases.iter().map(|c| c.variants.len()).sum::<usize>() * args.passes().len();
     let progress = Progress::new(total as u64);
     let exe = std::env::current_exe().ok();
     let any_complete = cases.iter().any(|c| c.complete);
@@ -373,7 +384,14 @@ fn cpu_sweep(
     dtypes.sort();
     dtypes.dedup();
     let pools = Pools::new(gpu::pool_len(cases.iter().map(|c| &c.shape)), args.seed, &dtypes);
-    let progress = Progress::new(cases.iter().map(|c| c.variants.len() as u64).sum());
+    let settings = cpu::Settings {
+        reps: args.reps,
+        rep_ms: args.rep_ms,
+        passes: args.passes(),
+        check: args.check != cli::Check::None,
+    };
+    let per_variant = settings.passes.len() as u64;
+    let progress = Progress::new(cases.iter().map(|c| c.variants.len() as u64 * per_variant).sum());
     for case in &cases {
         if stop.load(Ordering::SeqCst) {
             return Ok(End::Stopped);
@@ -386,7 +404,7 @@ fn cpu_sweep(
             progress.inc();
             Ok(())
         };
-        if let Flow::Stop = cpu::run_case(case, &pools, info, args.reps, args.rep_ms, stop, &mut emit)? {
+        if let Flow::Stop = cpu::run_case(case, &pools, info, &settings, stop, &mut emit)? {
             progress.finish();
             return Ok(End::Stopped);
         }

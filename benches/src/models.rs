@@ -164,6 +164,17 @@ pub fn cpu_extra_bytes(shape: &Shape, tiled: Option<(usize, usize)>) -> u64 {
     }
 }
 
+/// Extra memory of the CPU backward (`flashattn::cpu::attention_backward`) as the library states
+/// it, O(N): per query row (every head's query tokens) three f32 (D as a pivot and a sum relative
+/// to it, and the normaliser 1/Σ P) and an f32 row of `d` (the dQ accumulator), plus one row of
+/// (P, dP) f32 pairs as long as the longest key sequence. Nothing of size Nq × Nk.
+pub fn cpu_backward_extra_bytes(shape: &Shape) -> u64 {
+    let (qs, ks) = shape.lengths();
+    let rows = shape.heads as u64 * qs.iter().map(|&x| x as u64).sum::<u64>();
+    let max_k = ks.iter().copied().max().unwrap_or(0) as u64;
+    4 * rows * (3 + shape.head_dim as u64) + 2 * 4 * max_k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +192,15 @@ mod tests {
             head_dim: 64,
             mask,
         }
+    }
+
+    #[test]
+    fn the_cpu_backward_is_linear_in_n() {
+        // B·H·Nq rows of (3 + d) f32, and one Nk row of (P, dP) pairs.
+        let s = shape(Mask::Dense, 128, 256);
+        assert_eq!(cpu_backward_extra_bytes(&s), 4 * 2 * 3 * 128 * (3 + 64) + 8 * 256);
+        let big = shape(Mask::Dense, 256, 512);
+        assert_eq!(cpu_backward_extra_bytes(&big), 2 * cpu_backward_extra_bytes(&s));
     }
 
     #[test]

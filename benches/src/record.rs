@@ -245,6 +245,10 @@ pub struct Row {
     pub method: String,
     /// Tile override asked for (`MxN`), if any.
     pub tiles: Option<String>,
+    /// Which pass was timed: `fwd`, `bwd` (the backward alone) or `fwd+bwd`; absent in records
+    /// written before backward passes were measured, which are all forward (see [`Row::pass`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<String>,
     /// Query rows per block of the plan that ran.
     pub block_m: Option<usize>,
     /// Keys per tile of the plan that ran.
@@ -305,6 +309,11 @@ impl Row {
     /// Median ms, if measured.
     pub fn median_ms(&self) -> Option<f64> {
         self.timing.as_ref().map(|t| t.median_ms).filter(|x| x.is_finite() && *x > 0.0)
+    }
+
+    /// The pass timed (`fwd` for records that predate the field).
+    pub fn pass(&self) -> &str {
+        self.pass.as_deref().unwrap_or("fwd")
     }
 
     /// K/V heads (`heads` for records that predate the field).

@@ -34,6 +34,9 @@ pub struct Data {
     pub gpu: Vec<Row>,
     pub cpu: Vec<Row>,
     pub peers: Vec<Row>,
+    /// Our rows of passes other than the forward (`bwd`, `fwd+bwd`), GPU and CPU: every other
+    /// table (and plot) is of forward rows.
+    pub backward: Vec<Row>,
     pub meta: Option<Meta>,
     pub peers_meta: Option<Meta>,
     pub ceilings: Ceilings,
@@ -44,13 +47,16 @@ impl Data {
     /// From loaded records; `ceilings` overrides the recorded ones.
     pub fn new(loaded: &Loaded, ceilings: Option<(f64, f64)>) -> Data {
         let mut seen = BTreeSet::new();
-        let mut rows: Vec<&Row> =
-            loaded.rows().rev().filter(|r| seen.insert((&r.backend, &r.key, &r.method, &r.tiles))).collect();
+        let mut rows: Vec<&Row> = loaded
+            .rows()
+            .rev()
+            .filter(|r| seen.insert((&r.backend, &r.key, &r.method, &r.tiles, r.pass())))
+            .collect();
         rows.reverse();
         // Records written before `kv_tb_s` existed (ours and the peers') get it from their shape.
         let by = |b: &str| {
             let fill = |r: &Row| Row { kv_tb_s: r.kv_tb_s.or_else(|| r.kv_tbs()), ..r.clone() };
-            rows.iter().filter(|r| r.backend == b).map(|&r| fill(r)).collect()
+            rows.iter().filter(|r| r.backend == b && r.pass() == "fwd").map(|&r| fill(r)).collect()
         };
         let meta = loaded.metas().filter(|m| m.source != "peers.py").last().cloned();
         let device = meta.as_ref().map_or("", |m| m.device.as_str());
@@ -66,6 +72,11 @@ impl Data {
             gpu: by("gpu"),
             cpu: by("cpu"),
             peers: by("peer"),
+            backward: rows
+                .iter()
+                .filter(|r| r.pass() != "fwd" && r.backend != "peer")
+                .map(|&r| r.clone())
+                .collect(),
             peers_meta: loaded.metas().filter(|m| m.source == "peers.py").last().cloned(),
             meta,
             ceilings,
@@ -274,12 +285,17 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
         col("rule ratio", |r| opt(err(r, |e| e.rule_ratio), |x| format!("{x:.2}"))),
     ]);
     section(&mut out, plots, ["CPU", cpu_text, "cpu", ""], &sorted(d.cpu.iter()), &cols);
-    let bad: Vec<&Row> = d.gpu.iter().chain(&d.cpu).chain(&d.peers).filter(|r| !r.ok()).collect();
+    backward_section(&mut out, d, plots);
+    let bad: Vec<&Row> =
+        d.gpu.iter().chain(&d.cpu).chain(&d.backward).chain(&d.peers).filter(|r| !r.ok()).collect();
     let message = |r: &Row| r.message.clone().unwrap_or_default().chars().take(240).collect::<String>();
-    let cols = shape_cols([
+    let mut cols = shape_cols([
         col("status", |r| r.status.clone()),
         col("message", move |r| message(r).replace('|', "\\|")),
     ]);
+    if !d.backward.is_empty() {
+        cols.insert(2, col("pass", |r| r.pass().to_string()));
+    }
     let head = ["Rows without a measurement", "", "", "Status and message of each"];
     section(&mut out, plots, head, &bad, &cols);
     if !d.gpu.is_empty() {
@@ -292,6 +308,38 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
         }
     }
     out
+}
+
+/// Rows of the passes other than the forward: the backward alone and the forward then the
+/// backward, with their FLOPs (2.5 and 3.5 forwards) and extra memory; nothing without them.
+fn backward_section(out: &mut String, d: &Data, plots: &plots::Written) {
+    let text = "`bwd`: the backward call alone, given the forward's O and log-sum-exp (computed once, untimed); \
+         `fwd+bwd`: the forward then the backward. FLOPs: 2.5 × the forward's for `bwd`, 3.5 × for `fwd+bwd` \
+         (FlashAttention's rule). Extra memory (model): the CPU backward's O(N) working set, three f32 and an \
+         f32 row of d (the dQ accumulator) per query row plus one key row of (P, dP) pairs. Gradient check: \
+         the test kit's gradient rule against its f64 oracle, where the shape is within the oracle's budget. \
+         There is no GPU backward yet: its rows are unsupported.";
+    let cols = shape_cols([
+        col("pass", |r| r.pass().to_string()),
+        col("backend", |r| r.backend.clone()),
+        col("status", |r| r.status.clone()),
+        col("median ms", |r| ms(r.median_ms())),
+        col("GFLOP/s", |r| opt(r.tflops.filter(|_| r.ok()), |t| format!("{:.2}", t * 1e3))),
+        col("extra (model)", |r| byte_cell(r.extra_bytes_plan)),
+        col("extra (measured)", |r| byte_cell(r.extra_bytes_measured)),
+        col("rule ratio", |r| opt(err(r, |e| e.rule_ratio), |x| format!("{x:.2}"))),
+        col("gradients", |r| match r.error.as_ref() {
+            Some(e) => match (e.within_rule, &e.note) {
+                (Some(true), _) => "within rule".into(),
+                (_, Some(n)) => n.replace('|', "\\|"),
+                _ => "–".into(),
+            },
+            None => "–".into(),
+        }),
+    ]);
+    let mut rows = sorted(d.backward.iter());
+    rows.sort_by_key(|r| r.pass() == "fwd+bwd");
+    section(out, plots, ["Backward passes", text, "", ""], &rows, &cols);
 }
 
 fn meta_table(out: &mut String, d: &Data) {
@@ -654,6 +702,35 @@ mod tests {
              cuDNN |",
             "| llama3-8b-decode | bf16 | 16 | 32 / 8 | 128 | 16384 | 1.0 GiB | 4.29 (auto) | 107% | 89% | 2.15 | \
              1.07 (repeat) | n/a | 2.00× | 4.00× |",
+        ] {
+            assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
+        }
+    }
+
+    #[test]
+    fn backward_passes_get_their_own_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |backend: &str, method: &str, pass: &str, status: &str, ms: f64| {
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"f32/B1/H2/N64x64/d64/none","dtype":"f32","batch":1,"heads":2,"seqlen_q":64,"seqlen_k":64,"head_dim":64,"mask":"none","method":"{method}","pass":"{pass}","status":"{status}","message":"m {pass}","flops":1e9,"timing":{{"median_ms":{ms}}},"tflops":0.0005}}"#
+            )
+        };
+        let lines = [
+            row("cpu", "cpu-tiled", "fwd", "ok", 2.0),
+            row("cpu", "cpu-tiled", "bwd", "ok", 5.0),
+            row("gpu", "flash", "bwd", "unsupported", 0.0),
+        ];
+        std::fs::write(dir.path().join("bench.jsonl"), lines.join("\n")).unwrap();
+        let loaded = load_dir(dir.path()).unwrap();
+        let d = Data::new(&loaded, None);
+        // The backward rows are kept apart (not deduplicated against the forward's).
+        assert_eq!((d.cpu.len(), d.gpu.len(), d.backward.len()), (1, 0, 2));
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        for want in [
+            "## Backward passes",
+            "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | bwd | cpu | ok | 5.000 |",
+            "| `f32/B1/H2/N64x64/d64/none` | flash | bwd | unsupported | m bwd |",
+            "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | ok | 2.000 |",
         ] {
             assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
         }

@@ -17,6 +17,42 @@ pub const HEADLINE_SEQLENS: [usize; 5] = [1024, 2048, 4096, 8192, 16_384];
 /// catches a typo before any memory is touched.
 pub const MAX_TENSOR_BYTES: u64 = 16 << 30;
 
+/// Which pass of attention a row times: the forward, the backward alone (given the forward's O
+/// and log-sum-exp, computed beforehand), or the forward then the backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Pass {
+    /// The forward pass.
+    #[value(name = "fwd")]
+    Fwd,
+    /// The backward pass alone.
+    #[value(name = "bwd")]
+    Bwd,
+    /// The forward, then the backward.
+    #[value(name = "fwd+bwd")]
+    FwdBwd,
+}
+
+impl Pass {
+    /// The name in records and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Fwd => "fwd",
+            Pass::Bwd => "bwd",
+            Pass::FwdBwd => "fwd+bwd",
+        }
+    }
+
+    /// FLOPs of the pass over the forward's (FlashAttention's benchmark rule: the backward's five
+    /// matmuls, S recomputed, dP, dV, dQ and dK, over the forward's two: 2.5; both: 3.5).
+    pub fn flops_factor(self) -> f64 {
+        match self {
+            Pass::Fwd => 1.0,
+            Pass::Bwd => 2.5,
+            Pass::FwdBwd => 3.5,
+        }
+    }
+}
+
 /// Which keys each query sees.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize,
