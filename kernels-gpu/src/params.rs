@@ -26,7 +26,9 @@ pub const FILL_THREADS: u32 = 256;
 
 /// Parameters of the flash attention forward kernels (general and tensor-core).
 ///
-/// Grid: `x` = query tiles of the longest sequence, `y` = query heads, `z` = sequences.
+/// Grid: `x` = query tiles of the longest sequence (× `splits` for split-KV), `y` = query
+/// heads, `z` = sequences. The split-KV combine kernel takes the same struct, with `x` = groups of
+/// [`COMBINE_WARPS`] query rows.
 /// Tensors are addressed as `(batch, seq, head, dim)` with the strides below (in elements).
 /// With `cu_seqlens_q != 0` the batch is variable-length: sequence `z` holds query tokens
 /// `cu_seqlens_q[z]..cu_seqlens_q[z+1]` and key tokens `cu_seqlens_k[z]..cu_seqlens_k[z+1]` of

@@ -36,6 +36,7 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::split_kv_f16", split_kv::<f16>),
     ("attention::split_kv_bf16", split_kv::<bf16>),
     ("attention::gqa_packing_decode", gqa_packing),
+    ("attention::split_kv_without_lse", split_kv_without_lse),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -381,6 +382,20 @@ fn invalid_writes_nothing(dev: &Device) -> Result<(), String> {
         if !matches!(r, Err(Error::InvalidInput(InvalidInput::BufferTooSmall { tensor: "k", .. }))) {
             return Err(format!("{method}: expected BufferTooSmall for k, got {r:?}"));
         }
+        // A split count out of range, for every method; more than one split for the methods
+        // that do not split.
+        let zero = AttentionOptions { method, splits: Some(0), ..Default::default() };
+        let r = dev.attention(q.view(l), q.view(l), q.view(l), out.view_mut(l), Some(&mut lse), &zero);
+        if !matches!(r, Err(Error::InvalidInput(InvalidInput::Tiles { .. }))) {
+            return Err(format!("{method}: expected a split-count error, got {r:?}"));
+        }
+        if method != Method::FlashTensorCore {
+            let two = AttentionOptions { method, splits: Some(2), ..Default::default() };
+            let r = dev.attention(q.view(l), q.view(l), q.view(l), out.view_mut(l), Some(&mut lse), &two);
+            if !matches!(r, Err(Error::InvalidInput(InvalidInput::Unsupported { .. }))) {
+                return Err(format!("{method}: expected split-KV to be refused, got {r:?}"));
+            }
+        }
         let o = dev.download(&out).map_err(e2s)?;
         let s = dev.download(&lse).map_err(e2s)?;
         if !o.iter().all(|x| x.to_f32().is_nan()) || !s.iter().all(|x| x.is_nan()) {
@@ -518,6 +533,36 @@ fn gqa_packing(dev: &Device) -> Result<(), String> {
                 return Err(format!("auto refused a decode case:\n{case}"));
             }
         }
+    }
+    Ok(())
+}
+
+/// The split-KV path without a log-sum-exp output (the combine then writes none): the same
+/// output bits as with one, on a decode shape with GQA packing and a prefill chunk.
+fn split_kv_without_lse(dev: &Device) -> Result<(), String> {
+    for s in [
+        spec(batch(2, 1, 3000), 8, 2, 128, false, LayoutKind::Bshd),
+        spec(batch(1, 9, 2000), 2, 1, 64, true, LayoutKind::Bhsd),
+    ] {
+        let case = Case::<bf16>::random(&mut case_rng(), &s);
+        let plan = dev.plan::<bf16>(&case.problem, &case.opts).map_err(e2s)?;
+        if plan.splits < 2 {
+            return Err(format!("expected a split plan: {plan}"));
+        }
+        let with = run(dev, &case, &case.opts)?.ok_or("unsupported")?;
+        let p = &case.problem;
+        let q = dev.upload(&case.q).map_err(e2s)?;
+        let k = dev.upload(&case.k).map_err(e2s)?;
+        let v = dev.upload(&case.v).map_err(e2s)?;
+        let mut out: DeviceBuffer<bf16> = dev.alloc(case.out_len()).map_err(e2s)?;
+        dev.fill_nan(&mut out).map_err(e2s)?;
+        dev.attention(q.view(*p.q()), k.view(*p.k()), v.view(*p.v()), out.view_mut(*p.o()), None, &case.opts)
+            .map_err(e2s)?;
+        let without = dev.download(&out).map_err(e2s)?;
+        if with.out.iter().zip(&without).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            return Err(format!("outputs differ with and without the log-sum-exp\n{case}"));
+        }
+        check(&case, &without, None).map_err(|e| format!("without the log-sum-exp:\n{e}"))?;
     }
     Ok(())
 }
