@@ -175,11 +175,13 @@ impl Tiled {
                     }
                     // Key tiles beyond what the tile's last query sees are skipped; the tiles
                     // visited are whole (up to the end of the keys).
+                    // With a window, the tiles before the first row's first key are skipped too.
                     let key_end = p.key_end(t0 + rows - 1, seq.len_q, seq.len_k);
                     let n_tiles = key_end.div_ceil(bn);
+                    let first = (p.key_begin(t0, seq.len_q, seq.len_k) / bn).min(n_tiles);
                     let tiles_of = |split: usize, splits: usize| {
-                        let per = n_tiles.div_ceil(splits);
-                        let begin = (split * per).min(n_tiles);
+                        let per = (n_tiles - first).div_ceil(splits);
+                        let begin = (first + split * per).min(n_tiles);
                         begin..(begin + per).min(n_tiles)
                     };
                     let ctx = TileCtx { p, seq: &seq, kh, t0, rows, scale_log2 };
@@ -227,7 +229,7 @@ impl Tiled {
                         }
                         continue;
                     }
-                    self.keys(&ctx, k, v, 0..n_tiles);
+                    self.keys(&ctx, k, v, first..n_tiles);
 
                     for r in 0..rows {
                         let t = t0 + r;
@@ -261,13 +263,19 @@ impl Tiled {
                 load(&mut self.v[c * d..(c + 1) * d], v, p.v().offset(b, j, kh));
             }
             for r in 0..rows {
-                // Keys of this tile that row `r` sees; the rest score -inf.
-                let seen = p.key_end(t0 + r, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                // Keys of this tile that row `r` sees (columns `lo..hi`); the rest score -inf.
+                let t = t0 + r;
+                let lo = p.key_begin(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                let hi = p.key_end(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
                 let q_row = &self.q[r * d..(r + 1) * d];
                 let s = &mut self.s[..cols];
                 let mut block_max = f32::NEG_INFINITY;
                 for (c, sc) in s.iter_mut().enumerate() {
-                    *sc = if c < seen { dot(q_row, &self.k[c * d..(c + 1) * d]) } else { f32::NEG_INFINITY };
+                    *sc = if (lo..hi).contains(&c) {
+                        dot(q_row, &self.k[c * d..(c + 1) * d])
+                    } else {
+                        f32::NEG_INFINITY
+                    };
                     block_max = block_max.max(*sc);
                 }
                 let step = self.state[r].step(block_max, scale_log2);
@@ -425,7 +433,7 @@ fn backward_tiled<T: Element>(
                 load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
                 load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
                 pdp.clear();
-                for j in 0..p.key_end(t, seq.len_q, seq.len_k) {
+                for j in p.key_begin(t, seq.len_q, seq.len_k)..p.key_end(t, seq.len_q, seq.len_k) {
                     load(&mut kv_row, k, lk.offset(b, seq.k_start + j, kh));
                     let pr = prob_from_lse(dot(&q_row, &kv_row), scale_log2, lse[row]);
                     load(&mut kv_row, v, lv.offset(b, seq.k_start + j, kh));
@@ -463,19 +471,23 @@ fn backward_tiled<T: Element>(
                 for h in kh * group..(kh + 1) * group {
                     for t0 in (0..seq.len_q).step_by(bm) {
                         let t_end = bm.min(seq.len_q - t0) + t0;
-                        // Query tiles whose last row sees none of these keys are skipped.
-                        if p.key_end(t_end - 1, seq.len_q, seq.len_k) <= j0 {
+                        // Query tiles that see none of these keys are skipped: the last row's keys
+                        // end before them, or (a window) the first row's begin after them.
+                        if p.key_end(t_end - 1, seq.len_q, seq.len_k) <= j0
+                            || p.key_begin(t0, seq.len_q, seq.len_k) >= j0 + cols
+                        {
                             continue;
                         }
                         for t in t0..t_end {
                             let row = p.lse_index(i, h, t);
-                            let seen = p.key_end(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
-                            if seen == 0 {
+                            let lo = p.key_begin(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                            let hi = p.key_end(t, seq.len_q, seq.len_k).saturating_sub(j0).min(cols);
+                            if lo >= hi {
                                 continue;
                             }
                             load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
                             load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
-                            for c in 0..seen {
+                            for c in lo..hi {
                                 let s = dot(&q_row, &kt[c * d..(c + 1) * d]);
                                 let pr = prob_from_lse(s, scale_log2, lse[row]) * inv_sum[row];
                                 let dp = dot(&do_row, &vt[c * d..(c + 1) * d]);
@@ -483,7 +495,7 @@ fn backward_tiled<T: Element>(
                                 ds_row[c] = pr * ((dp - pivot[row]) - d_rel[row]);
                             }
                             let dq_row = &mut dq_acc[row * d..(row + 1) * d];
-                            for c in 0..seen {
+                            for c in lo..hi {
                                 let (pr, ds) = (p_row[c], scale * ds_row[c]);
                                 let (dvc, dkc) =
                                     (&mut dv_acc[c * d..(c + 1) * d], &mut dk_acc[c * d..(c + 1) * d]);

@@ -36,6 +36,7 @@ pub use plan::{
 };
 pub use problem::{
     AttentionOptions, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,
+    Window,
 };
 pub use timing::GpuTimer;
 

@@ -106,6 +106,8 @@ pub enum Reason {
     /// Standard attention runs variable-length batches one sequence at a time; `Method::Auto`
     /// leaves them to the flash kernel.
     VarLen,
+    /// A sliding window: the GPU kernels do not apply one yet (the CPU path does).
+    Window,
 }
 
 impl std::fmt::Display for Reason {
@@ -150,6 +152,9 @@ impl std::fmt::Display for Reason {
                 1.0 / STANDARD_SCRATCH_FRACTION
             ),
             Reason::VarLen => f.write_str("a variable-length batch (it runs one sequence at a time)"),
+            Reason::Window => {
+                f.write_str("a sliding window (not on the GPU yet; `flashattn::cpu::attention` applies it)")
+            }
         }
     }
 }
@@ -418,6 +423,10 @@ pub fn plan(
         if splits == 0 || splits > MAX_SPLITS {
             return Err(tile_error(opts.method, opts.tiles, TileError::Splits { splits }));
         }
+    }
+    if !problem.window().is_none() {
+        let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
+        return Err(unsupported(method, Reason::Window));
     }
     let mut plan = match opts.method {
         Method::Flash => plan_simt(props, dtype, problem, opts),

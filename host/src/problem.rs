@@ -224,6 +224,25 @@ pub struct Tiles {
     pub block_n: Option<usize>,
 }
 
+/// A sliding window around each query's diagonal, FlashAttention's `window_size`: query `t`
+/// (diagonal key `t + len_k − len_q`, bottom-right aligned like the causal mask) sees keys from
+/// `left` before its diagonal to `right` after it; `None` is unbounded on that side. With
+/// `causal`, `right` is 0 whatever it says. `Window::default()` is no window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// Keys before the diagonal a query sees (`None`: all).
+    pub left: Option<usize>,
+    /// Keys after the diagonal a query sees (`None`: all).
+    pub right: Option<usize>,
+}
+
+impl Window {
+    /// Whether this is no window at all.
+    pub fn is_none(&self) -> bool {
+        self.left.is_none() && self.right.is_none()
+    }
+}
+
 /// Options of an attention call. `Default` is plain (non-causal) attention with scale `1/√d`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AttentionOptions {
@@ -239,6 +258,9 @@ pub struct AttentionOptions {
     pub method: Method,
     /// Tile-size override (checked; an invalid one is an error, not a failed launch).
     pub tiles: Tiles,
+    /// Sliding window (runs on the CPU path for now; the GPU methods refuse it with
+    /// `Reason::Window`).
+    pub window: Window,
     /// Split-KV override for the tensor-core kernel: how many blocks share each query tile's
     /// keys (`Some(1)`: no split). `None` lets the planner choose from the SM count and the
     /// shape ([`crate::Plan::splits`] says what it chose). At most [`MAX_SPLITS`].
@@ -260,6 +282,7 @@ pub struct Problem {
     o: Layout,
     scale: f32,
     causal: bool,
+    window: Window,
     varlen: Option<VarLen>,
 }
 
@@ -363,7 +386,16 @@ impl Problem {
             .checked_mul(q.heads)
             .and_then(|x| x.checked_mul(q.seqlen))
             .ok_or(InvalidInput::LayoutOverflow { tensor: "lse" })?;
-        Ok(Problem { q, k, v, o, scale, causal: opts.causal, varlen: opts.varlen.clone() })
+        Ok(Problem {
+            q,
+            k,
+            v,
+            o,
+            scale,
+            causal: opts.causal,
+            window: opts.window,
+            varlen: opts.varlen.clone(),
+        })
     }
 
     /// Q's layout.
@@ -394,6 +426,11 @@ impl Problem {
     /// Causal masking (bottom-right aligned).
     pub fn causal(&self) -> bool {
         self.causal
+    }
+
+    /// The sliding window (`Window::default()`: none).
+    pub fn window(&self) -> Window {
+        self.window
     }
 
     /// Packed variable-length sequences, if any.
@@ -487,16 +524,41 @@ impl Problem {
     }
 
     /// Whether query `t` may see key `j` of a sequence with `len_q` queries and `len_k` keys
-    /// (always, without causal masking): the kernels' own [`flashattn_kernels::mask`] rule.
+    /// (always, without causal masking or window): the kernels' own [`flashattn_kernels::mask`]
+    /// rule, and the window's bounds ([`Window`]).
     #[inline]
     pub fn visible(&self, t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
-        !self.causal || flashattn_kernels::mask::visible_usize(t, j, len_q, len_k)
+        if self.window.is_none() {
+            return !self.causal || flashattn_kernels::mask::visible_usize(t, j, len_q, len_k);
+        }
+        self.key_begin(t, len_q, len_k) <= j && j < self.key_end(t, len_q, len_k)
     }
 
-    /// One past the last key query `t` sees (its keys are `0..key_end`).
+    /// One past the last key query `t` sees (its keys are `key_begin..key_end`).
     #[inline]
     pub fn key_end(&self, t: usize, len_q: usize, len_k: usize) -> usize {
-        if self.causal { flashattn_kernels::mask::key_end_usize(t + 1, len_q, len_k) } else { len_k }
+        let causal_end =
+            if self.causal { flashattn_kernels::mask::key_end_usize(t + 1, len_q, len_k) } else { len_k };
+        match (self.causal, self.window.right) {
+            (false, Some(r)) => {
+                // diagonal + r + 1, clamped to the keys.
+                let end = (t as i128 + len_k as i128 - len_q as i128) + r as i128 + 1;
+                end.clamp(0, len_k as i128) as usize
+            }
+            _ => causal_end,
+        }
+    }
+
+    /// The first key query `t` sees (0 without a left window bound).
+    #[inline]
+    pub fn key_begin(&self, t: usize, len_q: usize, len_k: usize) -> usize {
+        match self.window.left {
+            None => 0,
+            Some(l) => {
+                let begin = (t as i128 + len_k as i128 - len_q as i128) - l as i128;
+                begin.clamp(0, len_k as i128) as usize
+            }
+        }
     }
 
     /// The same problem with the query heads that share a K/V head packed into the rows of one
@@ -508,7 +570,8 @@ impl Problem {
     /// = `b·H + h`). A single query sees every key with or without the causal mask.
     pub(crate) fn gqa_packed(&self) -> Option<Problem> {
         let g = self.group_size();
-        if self.varlen.is_some() || self.q.seqlen != 1 || g < 2 {
+        // (A window is relative to each query's position: packing would move it.)
+        if self.varlen.is_some() || self.q.seqlen != 1 || g < 2 || !self.window.is_none() {
             return None;
         }
         let pack = |l: &Layout| Layout {
@@ -524,8 +587,22 @@ impl Problem {
     /// Attention FLOPs by the usual convention: `4·Σ(Nq·Nk)·heads·d` (two matrix products),
     /// halved for causal attention.
     pub fn flops(&self) -> f64 {
+        let per_pair = 4.0 * self.q.heads as f64 * self.q.head_dim as f64;
+        if !self.window.is_none() {
+            // A window: the visible pairs, counted.
+            let pairs: f64 = self
+                .sequences()
+                .flat_map(|s| {
+                    (0..s.len_q).map(move |t| {
+                        self.key_end(t, s.len_q, s.len_k).saturating_sub(self.key_begin(t, s.len_q, s.len_k))
+                            as f64
+                    })
+                })
+                .sum();
+            return per_pair * pairs;
+        }
         let pairs: f64 = self.sequences().map(|s| s.len_q as f64 * s.len_k as f64).sum();
-        let f = 4.0 * pairs * self.q.heads as f64 * self.q.head_dim as f64;
+        let f = per_pair * pairs;
         if self.causal { f / 2.0 } else { f }
     }
 }

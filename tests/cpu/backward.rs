@@ -97,6 +97,17 @@ fn backward_matches_the_gradient_oracle() {
     s.causal = true;
     specs.push(s);
     specs.push(Spec::batch(3, 1, 70, 4, 64));
+    // Sliding windows (left, right, both, with causal), on a ragged shape with GQA.
+    for (left, right, causal) in
+        [(Some(6), None, false), (None, Some(4), false), (Some(9), Some(2), false), (Some(5), None, true)]
+    {
+        let mut s = Spec::batch(1, 29, 41, 4, 16);
+        s.heads_k = 2;
+        s.window = flashattn::Window { left, right };
+        s.causal = causal;
+        s.tiles = Tiles { block_m: Some(5), block_n: Some(7) };
+        specs.push(s);
+    }
     let mut worst = 0.0f64;
     for (i, s) in specs.iter().enumerate() {
         both(s, 40 + i as u64);

@@ -234,3 +234,45 @@ fn split_kv_matches_the_oracle() {
         }
     }
 }
+
+/// Sliding windows on the CPU path (forward), every dtype: left only, right only, both, with the
+/// causal mask, with Nq ≠ Nk both ways, GQA, varlen with empty sequences, tiles that divide
+/// nothing and split-KV; windows wider than the sequence and of zero width.
+#[test]
+fn sliding_windows_match_the_oracle() {
+    use flashattn::Window;
+    let windows = [
+        Window { left: Some(5), right: None },
+        Window { left: None, right: Some(3) },
+        Window { left: Some(7), right: Some(2) },
+        Window { left: Some(0), right: Some(0) },
+        Window { left: Some(1000), right: Some(1000) },
+    ];
+    let mut shapes = Vec::new();
+    let mut s = spec(2, 37, 37, 2, 16);
+    s.tiles = Tiles { block_m: Some(8), block_n: Some(5) };
+    shapes.push(s);
+    let mut s = spec(1, 13, 40, 4, 8);
+    s.heads_k = 2;
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(6) };
+    shapes.push(s);
+    let mut s = spec(1, 40, 13, 2, 8);
+    s.tiles = Tiles { block_m: Some(6), block_n: Some(4) };
+    shapes.push(s);
+    let mut s = spec(1, 1, 1, 2, 24);
+    s.sequences =
+        Sequences::VarLen { q_lens: vec![9, 0, 30, 1], k_lens: vec![12, 5, 0, 20], spare_q: 1, spare_k: 2 };
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
+    shapes.push(s);
+    for base in shapes {
+        for window in windows {
+            for causal in [false, true] {
+                for splits in [None, Some(3)] {
+                    let mut s = base.clone();
+                    (s.window, s.causal, s.splits) = (window, causal, splits);
+                    all_dtypes(&s);
+                }
+            }
+        }
+    }
+}

@@ -351,3 +351,21 @@ fn auto_follows_its_rule_table() {
     assert_eq!(p.method, Method::Flash, "{p}");
     assert_eq!(p.not_taken[1].reason, Reason::VarLen, "{p}");
 }
+
+/// A sliding window runs on the CPU path only for now: every GPU method refuses it, typed.
+#[test]
+fn windows_are_refused_on_the_gpu_for_now() {
+    let l = Layout::bshd(1, 64, 2, 64);
+    for method in Method::ALL {
+        let opts = AttentionOptions {
+            method,
+            window: flashattn::Window { left: Some(8), right: None },
+            ..Default::default()
+        };
+        let r = plan(&DeviceProps::h200(), DType::BF16, &problem(l, l, &opts), &opts);
+        assert!(
+            matches!(r, Err(InvalidInput::Unsupported { reason: Reason::Window, .. })),
+            "{method}: {r:?}"
+        );
+    }
+}

@@ -225,6 +225,7 @@ fn spec(
         scale: None,
         tiles: Tiles::default(),
         splits: None,
+        window: flashattn::Window::default(),
         layout,
         values: Values::Normal,
     }

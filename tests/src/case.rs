@@ -100,6 +100,8 @@ pub struct Spec {
     pub tiles: Tiles,
     /// Split-KV override (`None`: the planner's choice).
     pub splits: Option<usize>,
+    /// Sliding window (`Window::default()`: none).
+    pub window: flashattn::Window,
     /// Memory order.
     pub layout: LayoutKind,
     /// Input distribution.
@@ -118,6 +120,7 @@ impl Spec {
             scale: None,
             tiles: Tiles::default(),
             splits: None,
+            window: flashattn::Window::default(),
             layout: LayoutKind::Bshd,
             values: Values::Uniform,
         }
@@ -165,6 +168,7 @@ impl Spec {
             method: flashattn::Method::Auto,
             tiles: self.tiles,
             splits: self.splits,
+            window: self.window,
         }
     }
 
@@ -426,6 +430,10 @@ impl<T: Element> fmt::Display for Case<T> {
             self.opts.tiles.block_n,
             self.opts.method
         )?;
+        if !p.window().is_none() {
+            let w = p.window();
+            writeln!(f, "  window left {:?} right {:?}, splits {:?}", w.left, w.right, self.opts.splits)?;
+        }
         match &p.varlen() {
             None => write!(f, "  batched: {} entries", p.q().batch),
             Some(vl) => {

@@ -290,6 +290,9 @@ mod tests {
         s.heads_k = 1;
         s.layout = LayoutKind::Padded;
         specs.push(s);
+        let mut s = Spec::batch(1, 5, 6, 2, 3);
+        s.window = flashattn::Window { left: Some(2), right: Some(1) };
+        specs.push(s);
         for (i, s) in specs.iter().enumerate() {
             check_spec(s, 1000 + i as u64);
         }

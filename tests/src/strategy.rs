@@ -109,6 +109,7 @@ pub fn spec_with(max_work: usize) -> BoxedStrategy<Spec> {
                 scale,
                 tiles,
                 splits: None,
+                window: flashattn::Window::default(),
                 layout,
                 values,
             };
