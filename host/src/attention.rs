@@ -4,7 +4,7 @@ use flashattn_kernels::params::AttnParams;
 
 use crate::buffer::{DeviceBuffer, Element};
 use crate::device::{Device, LaunchShape};
-use crate::error::{InvalidInput, Result};
+use crate::error::Result;
 use crate::plan::Plan;
 use crate::problem::{AttentionOptions, Layout, Method, Problem, VarLen};
 
@@ -76,11 +76,7 @@ impl Device {
             [q.buf.len(), k.buf.len(), v.buf.len(), out.buf.len()],
             opts,
         )?;
-        if let Some(l) = &lse {
-            if l.len() < problem.lse_len() {
-                return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: l.len() }.into());
-            }
-        }
+        problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
         let io = Io {
             q: q.buf.device_address(),
             k: k.buf.device_address(),

@@ -6,7 +6,7 @@ use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge, prob_from_lse};
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
 use crate::plan::TileError;
-use crate::problem::{AttentionOptions, Layout, MAX_SPLITS, Problem, Tiles};
+use crate::problem::{AttentionOptions, Layout, Problem, Tiles};
 
 /// A read-only tensor in host memory.
 #[derive(Clone, Copy, Debug)]
@@ -80,22 +80,10 @@ pub fn attention<T: Element>(
         [q.data.len(), k.data.len(), v.data.len(), out.data.len()],
         opts,
     )?;
-    if let Some(l) = &lse {
-        if l.len() < problem.lse_len() {
-            return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: l.len() }.into());
-        }
-    }
+    problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
     let (block_m, block_n) = tiles(opts)?;
+    // (The split count was checked by `Problem::new`.)
     let splits = opts.splits.unwrap_or(1);
-    if splits == 0 || splits > MAX_SPLITS {
-        return Err(InvalidInput::Tiles {
-            method: opts.method,
-            block_m: opts.tiles.block_m,
-            block_n: opts.tiles.block_n,
-            reason: TileError::Splits { splits },
-        }
-        .into());
-    }
     let mut tiled = Tiled::new(&problem, block_m, block_n);
     tiled.splits = splits;
     tiled.run(&problem, q.data, k.data, v.data, out.data, lse);
@@ -179,6 +167,8 @@ impl Tiled {
                     let key_end = p.key_end(t0 + rows - 1, seq.len_q, seq.len_k);
                     let n_tiles = key_end.div_ceil(bn);
                     let first = (p.key_begin(t0, seq.len_q, seq.len_k) / bn).min(n_tiles);
+                    // The tensor-core kernel's split rule (`flash_mma`: `ceil(tiles / splits)`
+                    // contiguous tiles per split), over the tiles this query tile visits.
                     let tiles_of = |split: usize, splits: usize| {
                         let per = (n_tiles - first).div_ceil(splits);
                         let begin = (first + split * per).min(n_tiles);
@@ -350,9 +340,7 @@ pub fn attention_backward<T: Element>(
         [q.data.len(), k.data.len(), v.data.len(), o.data.len()],
         opts,
     )?;
-    if lse.len() < problem.lse_len() {
-        return Err(InvalidInput::LseTooSmall { needed: problem.lse_len(), len: lse.len() }.into());
-    }
+    problem.check_lse_len(Some(lse.len()))?;
     // dO is read like O; dQ, dK, dV are written like Q, K, V: the same shapes, any strides.
     let same_shape = |name: &'static str, what: &Layout, like: &Layout, len: usize| -> Result<()> {
         for (dim, a, b) in [

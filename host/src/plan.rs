@@ -419,11 +419,7 @@ pub fn plan(
     problem: &Problem,
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
-    if let Some(splits) = opts.splits {
-        if splits == 0 || splits > MAX_SPLITS {
-            return Err(tile_error(opts.method, opts.tiles, TileError::Splits { splits }));
-        }
-    }
+    crate::problem::check_splits(opts)?;
     if !problem.window().is_none() {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
         return Err(unsupported(method, Reason::Window));

@@ -381,6 +381,7 @@ impl Problem {
         if let Some(vl) = &opts.varlen {
             validate_varlen(vl, &q, &k)?;
         }
+        check_splits(opts)?;
         // The log-sum-exp output's length must be a number.
         q.batch
             .checked_mul(q.heads)
@@ -503,6 +504,17 @@ impl Problem {
         self.q.batch * self.q.heads * self.q.seqlen
     }
 
+    /// Checks that a log-sum-exp buffer of `len` elements (if one is given) holds
+    /// [`Problem::lse_len`] of them.
+    pub fn check_lse_len(&self, len: Option<usize>) -> Result<(), InvalidInput> {
+        match len {
+            Some(len) if len < self.lse_len() => {
+                Err(InvalidInput::LseTooSmall { needed: self.lse_len(), len })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Rows of the log-sum-exp output per head: `seqlen_q` (the packed token count for varlen).
     pub fn lse_seq_stride(&self) -> usize {
         self.q.seqlen
@@ -620,6 +632,20 @@ pub struct Sequence {
     pub len_q: usize,
     /// Key/value tokens.
     pub len_k: usize,
+}
+
+/// The split-KV override must be 1..=[`MAX_SPLITS`] (checked by [`Problem::new`] and by the
+/// planner, which reads the options it is given).
+pub(crate) fn check_splits(opts: &AttentionOptions) -> Result<(), InvalidInput> {
+    match opts.splits {
+        Some(splits) if splits == 0 || splits > MAX_SPLITS => Err(InvalidInput::Tiles {
+            method: opts.method,
+            block_m: opts.tiles.block_m,
+            block_n: opts.tiles.block_n,
+            reason: crate::plan::TileError::Splits { splits },
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn validate_varlen(vl: &VarLen, q: &Layout, k: &Layout) -> Result<(), InvalidInput> {

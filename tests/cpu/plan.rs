@@ -311,7 +311,11 @@ fn split_kv_is_chosen_by_occupancy_and_can_be_overridden() {
     }
     for splits in [0, 129] {
         let o = AttentionOptions { splits: Some(splits), ..Default::default() };
-        let r = plan(&h200, DType::BF16, &problem(l, l, &o), &o);
+        // Refused by the planner (for the options it is given) and by validation.
+        let r = plan(&h200, DType::BF16, &problem(l, l, &opts), &o);
+        assert!(matches!(r, Err(InvalidInput::Tiles { reason: TileError::Splits { .. }, .. })), "{r:?}");
+        let lens = [l, l, l, l].map(|x| x.required_len().unwrap());
+        let r = Problem::new(l, l, l, l, lens, &o);
         assert!(matches!(r, Err(InvalidInput::Tiles { reason: TileError::Splits { .. }, .. })), "{r:?}");
     }
     // Only the tensor-core kernel splits the keys.
