@@ -4,7 +4,7 @@
 Reads the shapes file that `flashattn-bench run --peers` writes (a JSON list of
 {key, group, dtype, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, mask, causal, flops,
 kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
-then one `row` per shape and backend, flushed as measured.
+then one `row` per shape, pass and backend, flushed as measured.
 
 Backends: torch.nn.functional.scaled_dot_product_attention pinned with
 torch.nn.attention.sdpa_kernel to FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION and MATH,
@@ -19,6 +19,17 @@ GQA support is recorded `unsupported`, as for any shape it cannot run); on a tor
 raises TypeError for enable_gqa, K and V are expanded with repeat_interleave inside the timed call
 instead and the row says "gqa": "repeat". `naive` broadcasts each K/V head over its query heads.
 Decode rows (seqlen_q == 1) also carry kv_tb_s: the bytes of K and V over the median time, TB/s.
+
+Passes (--passes, like flashattn-bench's --pass; every row carries its "pass"): `fwd` times the
+call above. `bwd` and `fwd+bwd` run it on Q, K, V that require gradients and time
+torch.autograd.grad(out, (q, k, v), dO), dO random normal like the inputs: `bwd` the backward
+alone (the forward once beforehand, untimed, its graph kept with retain_graph=True so each timed
+call runs the same backward), `fwd+bwd` the forward then the backward in each timed call. The
+backend pinned for the forward also runs the backward (the math and naive backends: autograd's
+backward of their operations; a repeat fallback for GQA sums the repeated gradients back in the
+timed backward). Their FLOPs are 2.5 and 3.5 times the forward's, as ours. Extra memory: the peak
+during one call beyond what was allocated before it (for `bwd`: after the forward) and the
+outputs (O, and dQ, dK, dV). Backward rows are not checked against a reference.
 
 Needs only python3, torch and (optionally) triton. Exit status: 0 ok, 2 bad arguments, 3 torch or
 CUDA unavailable.
@@ -36,6 +47,8 @@ import warnings
 import zlib
 
 BACKENDS = ["flash", "cudnn", "efficient", "math", "naive"]
+# Pass names (as flashattn-bench's) and their FLOPs over the forward's (FlashAttention's rule).
+PASSES = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 
 
 def log(msg):
@@ -49,6 +62,7 @@ def parse_args():
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS))
+    p.add_argument("--passes", default="fwd", help="comma-separated subset of " + ",".join(PASSES))
     p.add_argument("--run-id", default="")
     p.add_argument("--commit", default="")
     p.add_argument("--device", type=int, default=0)
@@ -58,6 +72,13 @@ def parse_args():
     unknown = [b for b in a.backends.split(",") if b not in BACKENDS]
     if unknown:
         p.error(f"unknown backends {unknown}: allowed are {BACKENDS}")
+    passes = []
+    for x in a.passes.split(","):
+        if x not in PASSES:
+            p.error(f"unknown pass {x!r}: allowed are {list(PASSES)}")
+        if x not in passes:
+            passes.append(x)
+    a.passes = passes
     return a
 
 
@@ -159,6 +180,32 @@ def main():
         q = lambda p: times[min(len(times) - 1, int(round(p * (len(times) - 1))))]
         return q(0.5), q(0.1), q(0.9), len(times)
 
+    def time_backward(ps, attn, qkv, d_o, out_bytes):
+        """Times a backward pass of attn(q, k, v) on leaf copies of qkv that require gradients:
+        (median, p10, p90, samples, extra bytes). `bwd`: torch.autograd.grad on the graph of one
+        untimed forward, kept with retain_graph=True; `fwd+bwd`: the forward and the backward in
+        each call. Extra bytes: the peak of one call over what was allocated before it (for `bwd`,
+        after the forward: O and what autograd saved are the forward's) less its outputs (dQ, dK,
+        dV; and O for `fwd+bwd`). Errors propagate: the caller records them."""
+        inputs = tuple(t.detach().requires_grad_(True) for t in qkv)
+        grad_bytes = sum(t.numel() * t.element_size() for t in inputs)
+        if ps == "bwd":
+            o = attn(*inputs)
+            fn = lambda: torch.autograd.grad(o, inputs, d_o, retain_graph=True)
+            outs = grad_bytes
+        else:
+            fn = lambda: torch.autograd.grad(attn(*inputs), inputs, d_o)
+            outs = grad_bytes + out_bytes
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+        grads = fn()
+        torch.cuda.synchronize()
+        extra = max(0, torch.cuda.max_memory_allocated(dev) - before - outs)
+        del grads
+        med, p10, p90, n = bench(fn)
+        return med, p10, p90, n, extra
+
     out = open(args.out, "a")
 
     def clean(x):
@@ -192,10 +239,19 @@ def main():
         "enable_gqa": native_gqa,
         "warmup_ms": args.warmup_ms,
         "rep_ms": args.rep_ms,
+        "passes": args.passes,
     })
 
     wanted = args.backends.split(",")
-    total = len(shapes) * len(wanted)
+    passes = args.passes
+    backward = any(p != "fwd" for p in passes)
+    total = len(shapes) * len(wanted) * len(passes)
+
+    def each_row(base):
+        """A row per pass and backend: the pass's name and FLOPs filled in."""
+        for ps in passes:
+            for b in wanted:
+                yield ps, dict(base, method="torch-" + b, **{"pass": ps}, flops=base["flops"] * PASSES[ps])
     done = 0
     t0 = time.time()
     for s in shapes:
@@ -210,25 +266,26 @@ def main():
             "mask": s["mask"], "flops": s["flops"], "status": "ok",
         }
         if KV != H and (KV <= 0 or H % KV != 0):
-            for b in wanted:
-                write(dict(base, method="torch-" + b, status="invalid",
-                           message=f"{H} query heads are not a multiple of {KV} K/V heads"))
+            for _, row in each_row(base):
+                write(dict(row, status="invalid", message=f"{H} query heads are not a multiple of {KV} K/V heads"))
             continue
         group = H // KV
         if group > 1:
             base["gqa"] = "native" if native_gqa else "repeat"
         if dtype is None:
-            for b in wanted:
-                write(dict(base, method="torch-" + b, status="unsupported", message=f"dtype {s['dtype']}"))
+            for _, row in each_row(base):
+                write(dict(row, status="unsupported", message=f"dtype {s['dtype']}"))
             continue
         try:
             gen = torch.Generator(device=dev).manual_seed(zlib.crc32(s["key"].encode()))
             q = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen)
             k = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
             v = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
+            # The backward's upstream gradient, drawn after Q, K, V (which stay as without it).
+            d_o = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen) if backward else None
         except torch.cuda.OutOfMemoryError as e:
-            for b in wanted:
-                write(dict(base, method="torch-" + b, status="oom", message=f"inputs: {e}"[:500]))
+            for _, row in each_row(base):
+                write(dict(row, status="oom", message=f"inputs: {e}"[:500]))
             torch.cuda.empty_cache()
             continue
         scale = 1.0 / math.sqrt(d)
@@ -240,7 +297,7 @@ def main():
                 ref = F.scaled_dot_product_attention(
                     q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
 
-        def naive():
+        def naive(q, k, v):
             # Grouped: (B, KV, group, Nq, d) queries against (B, KV, 1, Nk, d) keys, broadcast.
             qg = q.view(B, KV, group, Nq, d)
             sc = torch.matmul(qg, k.unsqueeze(2).transpose(-2, -1)) * scale
@@ -250,47 +307,52 @@ def main():
             return torch.matmul(torch.softmax(sc, dim=-1), v.unsqueeze(2)).view(B, H, Nq, d)
 
         if group == 1:
-            sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         elif native_gqa:
-            sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         else:
-            sdpa = lambda: F.scaled_dot_product_attention(
+            sdpa = lambda q, k, v: F.scaled_dot_product_attention(
                 q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal)
 
-        for b in wanted:
-            row = dict(base, method="torch-" + b)
+        for ps, row in each_row(base):
+            b = row["method"][len("torch-"):]
             if b == "naive":
-                fn, ctx = naive, contextlib.nullcontext()
+                attn, ctx = naive, contextlib.nullcontext()
                 if group > 1:
                     row["gqa"] = "broadcast"
             else:
-                fn, ctx = sdpa, sdpa_kernel([sdpa_backends[b]])
+                attn, ctx = sdpa, sdpa_kernel([sdpa_backends[b]])
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
                     with ctx:
-                        torch.cuda.synchronize()
-                        torch.cuda.reset_peak_memory_stats(dev)
-                        before = torch.cuda.memory_allocated(dev)
-                        o = fn()
-                        torch.cuda.synchronize()
-                        peak = torch.cuda.max_memory_allocated(dev)
-                        row["extra_bytes_measured"] = max(0, peak - before - out_bytes)
-                        if ref is not None:
-                            err = (o[:1, :1].float() - ref).abs()
-                            row["error"] = {
-                                "f32_ref_max_abs": float(err.max()),
-                                "nonfinite": int((~torch.isfinite(o[:1, :1])).sum()),
-                                "note": "vs torch f32 math on the (0, 0) slice",
-                            }
-                        del o
-                        med, p10, p90, n = bench(fn)
+                        if ps == "fwd":
+                            fn = lambda: attn(q, k, v)
+                            torch.cuda.synchronize()
+                            torch.cuda.reset_peak_memory_stats(dev)
+                            before = torch.cuda.memory_allocated(dev)
+                            o = fn()
+                            torch.cuda.synchronize()
+                            peak = torch.cuda.max_memory_allocated(dev)
+                            row["extra_bytes_measured"] = max(0, peak - before - out_bytes)
+                            if ref is not None:
+                                err = (o[:1, :1].float() - ref).abs()
+                                row["error"] = {
+                                    "f32_ref_max_abs": float(err.max()),
+                                    "nonfinite": int((~torch.isfinite(o[:1, :1])).sum()),
+                                    "note": "vs torch f32 math on the (0, 0) slice",
+                                }
+                            del o
+                            med, p10, p90, n = bench(fn)
+                        else:
+                            med, p10, p90, n, extra = time_backward(ps, attn, (q, k, v), d_o, out_bytes)
+                            row["extra_bytes_measured"] = extra
                     timing = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "timer": timer}
                     if n:
                         timing["samples"] = n
                     row["timing"] = timing
-                    row["tflops"] = s["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
-                    if Nq == 1 and med > 0:
+                    row["tflops"] = row["flops"] / (med * 1e-3) / 1e12 if med > 0 else None
+                    if Nq == 1 and med > 0 and ps == "fwd":
                         row["kv_tb_s"] = kv_bytes / (med * 1e-3) / 1e12
                 except torch.cuda.OutOfMemoryError as e:
                     row.update(status="oom", message=str(e).split("\n")[0][:500])
@@ -315,8 +377,9 @@ def main():
             what = f"{tf:.1f} TFLOP/s" if isinstance(tf, float) else row["status"]
             if isinstance(row.get("kv_tb_s"), float):
                 what += f", K/V {row['kv_tb_s']:.2f} TB/s"
-            log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: {what}")
-        del q, k, v, ref
+            name = row["method"] + ("" if ps == "fwd" else f" [{ps}]")
+            log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {name}: {what}")
+        del q, k, v, d_o, ref
         torch.cuda.empty_cache()
     out.close()
     return 0

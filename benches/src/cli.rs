@@ -115,7 +115,8 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_parser = method)]
     pub methods: Option<Vec<Method>>,
     /// Passes to time: fwd, bwd (the backward alone, given the forward's O and LSE), fwd+bwd.
-    /// The backward runs on the CPU only for now (GPU rows say so).
+    /// On the GPU the backward is `Device::attention_backward` (f16/bf16, tensor-core methods;
+    /// other rows say unsupported); with --peers, PyTorch's backends run the same passes.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd")]
     pub pass: Vec<Pass>,
     /// Which shapes get upload/layout/launch-overhead/download measurements.

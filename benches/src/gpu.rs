@@ -1,22 +1,29 @@
 //! The GPU runner: for each shape, input sets in device memory, the references, then one row per
-//! method variant with its kernel time, memory, error and (on a subset) the complete path.
+//! method variant and pass with its kernel time, memory, error and (on a subset) the complete path.
 //!
 //! How a row is timed: after one warm call and one checked call, one call is timed alone to
 //! estimate its length, then warm-up calls run for `--warmup-ms`; then each sample is a pair of
-//! CUDA events ([`flashattn::GpuTimer`]) around one `Device::attention` call, or around a batch of
-//! back-to-back calls (divided by their count) when one call is shorter than
-//! [`BATCH_BELOW_MS`]. Consecutive calls rotate through several input sets whose inputs together
-//! exceed twice the L2 cache, so no call finds its inputs in L2. Samples are enqueued back to back
-//! and read after one synchronization. The time includes everything the call enqueues (for
-//! standard attention: the allocation of S and P, two GEMMs, the softmax kernel, the frees).
+//! CUDA events ([`flashattn::GpuTimer`]) around one call, or around a batch of back-to-back calls
+//! (divided by their count) when one call is shorter than [`BATCH_BELOW_MS`]. Consecutive calls
+//! rotate through several input sets whose inputs together exceed twice the L2 cache, so no call
+//! finds its inputs in L2. Samples are enqueued back to back and read after one synchronization.
+//! The time includes everything the call enqueues (for standard attention: the allocation of S
+//! and P, two GEMMs, the softmax kernel, the frees).
+//!
+//! The call is the pass's: `fwd` one `Device::attention`; `bwd` one `Device::attention_backward`,
+//! each input set's O and log-sum-exp computed beforehand by one untimed forward with the same
+//! options; `fwd+bwd` the forward then the backward. The backward passes rotate through the same
+//! input sets, each with its own upstream gradient dO (a window of the random pool) and dQ, dK,
+//! dV buffers, allocated after the forward rows for as many sets as fit. Backward rows are not
+//! checked against a reference (the CPU sweep checks the gradient rule).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use flashattn::{
-    AttentionOptions, DType, Device, DeviceBuffer, Element, Error, GpuTimer, InvalidInput, Method, Plan,
-    Problem, bf16, f16,
+    AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, GpuTimer, InvalidInput,
+    Method, Plan, Problem, bf16, f16,
 };
 use flashattn_testkit::oracle::{self, RowsReference};
 use flashattn_testkit::tolerance;
@@ -24,7 +31,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::cli::{Check, OneArgs, RunArgs};
-use crate::inputs::{PoolElem, Pools, SLACK, window_offsets};
+use crate::inputs::{PoolElem, Pools, SLACK, grad_offset, window_offsets};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
 use crate::record::{CompletePath, ErrorStats, Row, Timing};
@@ -67,6 +74,15 @@ struct Set<T> {
     lse: DeviceBuffer<f32>,
 }
 
+/// The backward's buffers of one input set: the upstream gradient dO (laid out as O) and the
+/// gradients it writes (laid out as Q, K, V).
+struct Grads<T> {
+    d_o: DeviceBuffer<T>,
+    dq: DeviceBuffer<T>,
+    dk: DeviceBuffer<T>,
+    dv: DeviceBuffer<T>,
+}
+
 /// The status a failed call gets, and the bytes it needed when it ran out of memory.
 pub fn classify(e: &Error) -> (&'static str, Option<u64>) {
     match e {
@@ -104,23 +120,54 @@ pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
     }
 }
 
-/// Why a GPU row of a backward pass has no measurement.
-pub const NO_GPU_BACKWARD: &str = "no GPU backward yet: issue 12";
+/// The row of a variant in a pass before it runs: the pass's name and FLOPs (the forward's times
+/// [`Pass::flops_factor`]: 2.5 for `bwd`, 3.5 for `fwd+bwd`). The byte models are the forward's:
+/// a backward row has none.
+pub fn pass_row(base: &Row, v: &Variant, pass: Pass) -> Row {
+    let mut r = variant_row(base, v);
+    if pass != Pass::Fwd {
+        r.pass = Some(pass.name().to_string());
+        r.flops = base.flops * pass.flops_factor();
+        r.bytes_compulsory = None;
+    }
+    r
+}
 
-/// The rows of a pass with a backward (`bwd`, `fwd+bwd`) on the GPU: one per variant, each
-/// recorded as unsupported, with the pass's FLOPs, since the library has no GPU backward yet.
-pub fn backward_rows(case: &Case, info: &RunInfo, pass: Pass) -> Vec<Row> {
-    let base = base_row(case, "gpu", info);
-    case.variants
-        .iter()
-        .map(|v| Row {
-            pass: Some(pass.name().to_string()),
-            status: "unsupported".to_string(),
-            message: Some(NO_GPU_BACKWARD.to_string()),
-            flops: base.flops * pass.flops_factor(),
-            ..variant_row(&base, v)
-        })
-        .collect()
+/// Emits a failed row for each of `passes` × each variant (in that order, the sweep's).
+fn fail_rows(
+    case: &Case,
+    base: &Row,
+    passes: &[Pass],
+    emit: &mut dyn FnMut(Row) -> Result<(), String>,
+    (status, msg, needed): (&str, &str, Option<u64>),
+) -> Result<(), String> {
+    for &pass in passes {
+        for v in &case.variants {
+            let mut r = pass_row(base, v, pass);
+            r.status = status.to_string();
+            r.message = Some(msg.to_string());
+            r.oom_needed_bytes = needed;
+            emit(r)?;
+        }
+    }
+    Ok(())
+}
+
+/// The options of a variant's calls: the shape's, the variant's method and tiles, and for the
+/// tensor-core and automatic methods the command line's split-KV override.
+fn variant_options(base: &AttentionOptions, v: &Variant, splits: Option<usize>) -> AttentionOptions {
+    let mut opts = models::with_variant(base, v);
+    if matches!(opts.method, Method::FlashTensorCore | Method::Auto) {
+        opts.splits = splits;
+    }
+    opts
+}
+
+/// Bytes of one input set's backward buffers with layouts `l` and `elem`-byte elements: dO and
+/// dQ (each as Q), dK and dV (each as K).
+pub fn grads_bytes(l: &Layouts, elem: usize) -> u64 {
+    let (lq, lk) = l.lens();
+    2 * (lq + lk) as u64 * elem as u64
 }
 
 /// The row of a variant before it runs.
@@ -166,33 +213,19 @@ impl<'a> GpuRunner<'a> {
         &self.pools
     }
 
-    /// Runs every variant of one case, handing each finished row to `emit`.
+    /// Runs every variant of one case in each pass asked for (the forward's rows first), handing
+    /// each finished row to `emit`.
     pub fn run_case(
         &mut self,
         case: &Case,
         stop: &AtomicBool,
         emit: &mut dyn FnMut(Row) -> Result<(), String>,
     ) -> Result<Flow, String> {
-        let passes = self.args.passes();
-        if passes.contains(&Pass::Fwd) {
-            let flow = match case.shape.dtype {
-                DType::BF16 => self.run_typed::<bf16>(case, stop, emit)?,
-                DType::F16 => self.run_typed::<f16>(case, stop, emit)?,
-                DType::F32 => self.run_typed::<f32>(case, stop, emit)?,
-            };
-            if !matches!(flow, Flow::Continue) {
-                return Ok(flow);
-            }
+        match case.shape.dtype {
+            DType::BF16 => self.run_typed::<bf16>(case, stop, emit),
+            DType::F16 => self.run_typed::<f16>(case, stop, emit),
+            DType::F32 => self.run_typed::<f32>(case, stop, emit),
         }
-        for &pass in passes.iter().filter(|&&p| p != Pass::Fwd) {
-            if stop.load(Ordering::SeqCst) {
-                return Ok(Flow::Stop);
-            }
-            for row in backward_rows(case, self.info, pass) {
-                emit(row)?;
-            }
-        }
-        Ok(Flow::Continue)
     }
 
     /// Whether the device still works after a failed row.
@@ -208,6 +241,15 @@ impl<'a> GpuRunner<'a> {
         }
     }
 
+    /// A device buffer holding the pool's window of `len` elements at `off`.
+    fn upload<T: PoolElem>(&self, off: usize, len: usize) -> flashattn::Result<DeviceBuffer<T>> {
+        let mut b = self.dev.alloc::<T>(len)?;
+        if let Some(w) = self.pools.window::<T>(off, len) {
+            self.dev.copy_to_device(w, &mut b)?;
+        }
+        Ok(b)
+    }
+
     fn alloc_set<T: PoolElem>(
         &self,
         l: &Layouts,
@@ -216,21 +258,46 @@ impl<'a> GpuRunner<'a> {
     ) -> flashattn::Result<(Set<T>, [usize; 3])> {
         let (lq, lk) = l.lens();
         let offs = window_offsets(rng);
-        let upload = |off: usize, len: usize| -> flashattn::Result<DeviceBuffer<T>> {
-            let mut b = self.dev.alloc::<T>(len)?;
-            if let Some(w) = self.pools.window::<T>(off, len) {
-                self.dev.copy_to_device(w, &mut b)?;
-            }
-            Ok(b)
-        };
         let set = Set {
-            q: upload(offs[0], lq)?,
-            k: upload(offs[1], lk)?,
-            v: upload(offs[2], lk)?,
+            q: self.upload(offs[0], lq)?,
+            k: self.upload(offs[1], lk)?,
+            v: self.upload(offs[2], lk)?,
             o: self.dev.alloc::<T>(lq)?,
             lse: self.dev.alloc::<f32>(lse_len)?,
         };
         Ok((set, offs))
+    }
+
+    /// dO (a window of the random pool) and the gradient buffers for up to `sets` input sets, as
+    /// many as fit in a quarter of the free memory (at least one); an error only when not even
+    /// one does.
+    fn alloc_grads<T: PoolElem>(
+        &self,
+        l: &Layouts,
+        sets: usize,
+        rng: &mut SmallRng,
+    ) -> flashattn::Result<Vec<Grads<T>>> {
+        let (lq, lk) = l.lens();
+        let bytes = grads_bytes(l, size_of::<T>());
+        let free = self.dev.memory_info().map(|m| m.0).unwrap_or(0);
+        let fit = ((free / 4) / bytes.max(1)).max(1) as usize;
+        let mut out = Vec::new();
+        for _ in 0..sets.min(fit) {
+            let g = (|| {
+                Ok(Grads {
+                    d_o: self.upload(grad_offset(rng), lq)?,
+                    dq: self.dev.alloc::<T>(lq)?,
+                    dk: self.dev.alloc::<T>(lk)?,
+                    dv: self.dev.alloc::<T>(lk)?,
+                })
+            })();
+            match g {
+                Ok(g) => out.push(g),
+                Err(e) if out.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(out)
     }
 
     fn run_typed<T: PoolElem>(
@@ -240,25 +307,18 @@ impl<'a> GpuRunner<'a> {
         emit: &mut dyn FnMut(Row) -> Result<(), String>,
     ) -> Result<Flow, String> {
         let shape = &case.shape;
+        let passes = self.args.passes();
+        let wants_fwd = passes.contains(&Pass::Fwd);
+        // The forward's rows first, then each backward pass's, in the order asked for.
+        let backward_passes: Vec<Pass> = passes.iter().copied().filter(|&p| p != Pass::Fwd).collect();
+        let all_passes: Vec<Pass> =
+            wants_fwd.then_some(Pass::Fwd).into_iter().chain(backward_passes.clone()).collect();
         let base = base_row(case, "gpu", self.info);
-        let fail_all = |emit: &mut dyn FnMut(Row) -> Result<(), String>,
-                        status: &str,
-                        msg: String,
-                        needed: Option<u64>| {
-            for v in &case.variants {
-                let mut r = variant_row(&base, v);
-                r.status = status.to_string();
-                r.message = Some(msg.clone());
-                r.oom_needed_bytes = needed;
-                emit(r)?;
-            }
-            Ok::<(), String>(())
-        };
         let validated = models::problem(shape).and_then(|p| Ok((p, models::options(shape)?)));
         let (problem, base_opts) = match validated {
             Ok(p) => p,
             Err(e) => {
-                fail_all(emit, "invalid", e.to_string(), None)?;
+                fail_rows(case, &base, &all_passes, emit, ("invalid", &e.to_string(), None))?;
                 return Ok(Flow::Continue);
             }
         };
@@ -286,7 +346,8 @@ impl<'a> GpuRunner<'a> {
                 }
                 Err(err) if sets.is_empty() => {
                     let (status, needed) = classify(&err);
-                    fail_all(emit, status, format!("allocating the inputs: {err}"), needed)?;
+                    let msg = format!("allocating the inputs: {err}");
+                    fail_rows(case, &base, &all_passes, emit, (status, &msg, needed))?;
                     return Ok(self.health());
                 }
                 Err(_) => break,
@@ -295,83 +356,176 @@ impl<'a> GpuRunner<'a> {
         let host = |off: usize, len: usize| self.pools.window::<T>(off, len).unwrap_or(&[]);
         let (hq, hk, hv) = (host(offsets0[0], lq), host(offsets0[1], lk), host(offsets0[2], lk));
         if hq.len() != lq || hk.len() != lk {
-            fail_all(emit, "error", "the random pool is smaller than the inputs".into(), None)?;
+            let msg = "the random pool is smaller than the inputs";
+            fail_rows(case, &base, &all_passes, emit, ("error", msg, None))?;
             return Ok(Flow::Continue);
         }
 
-        // References: the test kit's oracle and baseline on a slice or two, and where the oracle
-        // only samples rows, a GPU f32 flash run over every element.
-        let checks = (self.args.check != Check::None).then(|| References::new(&problem, [hq, hk, hv]));
-        let need_f32 = self.args.check == Check::Full
-            && shape.dtype != DType::F32
-            && checks.as_ref().is_some_and(|c| !c.complete);
-        // Computed when the first variant has an output to compare (never for a shape whose
-        // every variant fails, like the memory wall's).
-        let mut f32_ref: Option<Result<Vec<f32>, String>> = None;
+        if wants_fwd {
+            // References: the test kit's oracle and baseline on a slice or two, and where the
+            // oracle only samples rows, a GPU f32 flash run over every element.
+            let checks = (self.args.check != Check::None).then(|| References::new(&problem, [hq, hk, hv]));
+            let need_f32 = self.args.check == Check::Full
+                && shape.dtype != DType::F32
+                && checks.as_ref().is_some_and(|c| !c.complete);
+            // Computed when the first variant has an output to compare (never for a shape whose
+            // every variant fails, like the memory wall's).
+            let mut f32_ref: Option<Result<Vec<f32>, String>> = None;
 
-        let transfers = if case.complete { Some(self.transfers(&mut sets[0], [hq, hk, hv])) } else { None };
+            let transfers =
+                if case.complete { Some(self.transfers(&mut sets[0], [hq, hk, hv])) } else { None };
 
-        for v in &case.variants {
-            if stop.load(Ordering::SeqCst) {
-                return Ok(Flow::Stop);
-            }
-            let mut row = variant_row(&base, v);
-            let mut opts = models::with_variant(&base_opts, v);
-            if matches!(opts.method, Method::FlashTensorCore | Method::Auto) {
-                opts.splits = self.args.splits;
-            }
-            let plan = match self.dev.plan::<T>(&problem, &opts) {
-                Ok(p) => p,
-                Err(err) => {
-                    fail(&mut row, &err);
-                    emit(row)?;
-                    continue;
+            for v in &case.variants {
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(Flow::Stop);
                 }
-            };
-            (row.block_m, row.block_n) = (plan.tiles.map(|t| t.0), plan.tiles.map(|t| t.1));
-            row.kernel = Some(plan.kernel().to_string());
-            row.extra_bytes_plan = Some(plan.scratch_bytes);
-            row.bytes_model = Some(models::plan_bytes(shape, plan.tiles));
-            let mut calls = Calls { dev: self.dev, sets: &mut sets, opts: &opts, layouts, next: 0 };
-            let measured = measure(&mut calls, &mut self.timers, self.args);
-            match measured {
-                Ok(m) => {
-                    row.timing = Some(m.timing);
-                    row.extra_bytes_measured = Some(m.extra_measured);
-                    if need_f32 && f32_ref.is_none() {
-                        let r = self.f32_reference(&base_opts, &calls.layouts, [hq, hk, hv]);
-                        f32_ref = Some(r.map_err(|e| format!("f32 reference: {e}")));
+                let mut row = variant_row(&base, v);
+                let opts = variant_options(&base_opts, v, self.args.splits);
+                let plan = match self.dev.plan::<T>(&problem, &opts) {
+                    Ok(p) => p,
+                    Err(err) => {
+                        fail(&mut row, &err);
+                        emit(row)?;
+                        continue;
                     }
-                    if let Some(c) = &checks {
-                        let mut e = c.error_stats(&problem, hv, &m.output);
-                        match &f32_ref {
-                            Some(Ok(r)) => e.f32_ref_max_abs = Some(max_diff(&m.output, r)),
-                            Some(Err(msg)) => {
-                                e.note = Some(e.note.map_or(msg.clone(), |n| format!("{n}; {msg}")))
-                            }
-                            None => {}
+                };
+                (row.block_m, row.block_n) = (plan.tiles.map(|t| t.0), plan.tiles.map(|t| t.1));
+                row.kernel = Some(plan.kernel().to_string());
+                row.extra_bytes_plan = Some(plan.scratch_bytes);
+                row.bytes_model = Some(models::plan_bytes(shape, plan.tiles));
+                let mut calls = Calls::new(self.dev, Pass::Fwd, &mut sets, &mut [], &opts, layouts);
+                let measured = measure(&mut calls, &mut self.timers, self.args);
+                match measured {
+                    Ok(m) => {
+                        row.timing = Some(m.timing);
+                        row.extra_bytes_measured = Some(m.extra_measured);
+                        if need_f32 && f32_ref.is_none() {
+                            let r = self.f32_reference(&base_opts, &calls.layouts, [hq, hk, hv]);
+                            f32_ref = Some(r.map_err(|e| format!("f32 reference: {e}")));
                         }
-                        row.error = Some(e);
+                        if let Some(c) = &checks {
+                            let mut e = c.error_stats(&problem, hv, &m.output);
+                            match &f32_ref {
+                                Some(Ok(r)) => e.f32_ref_max_abs = Some(max_diff(&m.output, r)),
+                                Some(Err(msg)) => {
+                                    e.note = Some(e.note.map_or(msg.clone(), |n| format!("{n}; {msg}")))
+                                }
+                                None => {}
+                            }
+                            row.error = Some(e);
+                        }
+                        // The complete path with the library's tiles only (tile overrides are a
+                        // kernel-time question).
+                        if let (Some(t), None) = (&transfers, v.tiles) {
+                            let mut cp = t.clone();
+                            complete_path(&mut calls, &mut self.timers, shape, &plan, m.est_ms, &mut cp);
+                            row.complete = Some(cp);
+                        }
+                        emit(row)?;
                     }
-                    // The complete path with the library's tiles only (tile overrides are a
-                    // kernel-time question).
-                    if let (Some(t), None) = (&transfers, v.tiles) {
-                        let mut cp = t.clone();
-                        complete_path(&mut calls, &mut self.timers, shape, &plan, m.est_ms, &mut cp);
-                        row.complete = Some(cp);
+                    Err(err) => {
+                        fail(&mut row, &err);
+                        emit(row)?;
+                        if let Flow::DeviceLost(msg) = self.health() {
+                            return Ok(Flow::DeviceLost(msg));
+                        }
                     }
-                    emit(row)?;
                 }
-                Err(err) => {
-                    fail(&mut row, &err);
-                    emit(row)?;
-                    if let Flow::DeviceLost(msg) = self.health() {
-                        return Ok(Flow::DeviceLost(msg));
-                    }
+            }
+        }
+        if backward_passes.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let mut grads = match self.alloc_grads::<T>(&layouts, sets.len(), &mut rng) {
+            Ok(g) => g,
+            Err(err) => {
+                let (status, needed) = classify(&err);
+                let msg = format!("allocating dO and the gradients: {err}");
+                fail_rows(case, &base, &backward_passes, emit, (status, &msg, needed))?;
+                return Ok(self.health());
+            }
+        };
+        sets.truncate(grads.len());
+        for &pass in &backward_passes {
+            for v in &case.variants {
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(Flow::Stop);
+                }
+                let mut row = pass_row(&base, v, pass);
+                let opts = variant_options(&base_opts, v, self.args.splits);
+                let failed =
+                    self.time_backward(&mut row, pass, &problem, &opts, layouts, &mut sets, &mut grads);
+                emit(row)?;
+                if failed && let Flow::DeviceLost(msg) = self.health() {
+                    return Ok(Flow::DeviceLost(msg));
                 }
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// Plans and times one row of a backward pass (`bwd` or `fwd+bwd`) on `sets`, each with its
+    /// `grads`, filling `row`: the backward's plan (tiles, kernels, scratch memory), the timing and
+    /// the measured extra memory, or the status of the failure. True when a call failed (after
+    /// planning), so the caller checks the device's health.
+    #[allow(clippy::too_many_arguments)]
+    fn time_backward<T: PoolElem>(
+        &mut self,
+        row: &mut Row,
+        pass: Pass,
+        problem: &Problem,
+        opts: &AttentionOptions,
+        l: Layouts,
+        sets: &mut [Set<T>],
+        grads: &mut [Grads<T>],
+    ) -> bool {
+        let layouts = [("d_o", &l.o), ("dq", &l.q), ("dk", &l.k), ("dv", &l.k)];
+        let bwd = match flashattn::plan_backward(self.dev.props(), T::DTYPE, problem, opts, layouts) {
+            Ok(p) => p,
+            Err(err) => {
+                fail(row, &Error::InvalidInput(err));
+                return false;
+            }
+        };
+        (row.block_m, row.block_n) = (bwd.tiles.map(|t| t.0), bwd.tiles.map(|t| t.1));
+        row.kernel = Some(bwd.kernel().to_string());
+        row.extra_bytes_plan = Some(bwd.scratch_bytes);
+        if pass == Pass::FwdBwd {
+            let fwd = match self.dev.plan::<T>(problem, opts) {
+                Ok(p) => p,
+                Err(err) => {
+                    fail(row, &err);
+                    return false;
+                }
+            };
+            row.kernel = Some(format!("{} + {}", fwd.kernel(), bwd.kernel()));
+            // The forward's scratch is freed (in stream order) before the backward allocates its own.
+            row.extra_bytes_plan = Some(fwd.scratch_bytes.max(bwd.scratch_bytes));
+        } else {
+            // O and the log-sum-exp of every input set, once, untimed.
+            let mut fwd = Calls::new(self.dev, Pass::Fwd, sets, &mut [], opts, l);
+            let r = (0..fwd.len())
+                .try_for_each(|i| fwd.on(i, &l).map(drop))
+                .and_then(|()| self.dev.synchronize());
+            if let Err(err) = r {
+                fail(row, &err);
+                row.message =
+                    Some(format!("the forward before the backward (untimed, for O and the LSE): {err}"));
+                return true;
+            }
+        }
+        let mut calls = Calls::new(self.dev, pass, sets, grads, opts, l);
+        match measure(&mut calls, &mut self.timers, self.args) {
+            Ok(m) => {
+                row.timing = Some(m.timing);
+                row.extra_bytes_measured = Some(m.extra_measured);
+                false
+            }
+            Err(err) => {
+                fail(row, &err);
+                true
+            }
+        }
     }
 
     /// Every output element of the flash method on f32 copies of set 0's inputs.
@@ -482,29 +636,76 @@ fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Calls on rotating input sets.
+/// Calls of one pass on rotating input sets.
 struct Calls<'c, T> {
     dev: &'c Device,
+    /// What one call runs.
+    pass: Pass,
     sets: &'c mut [Set<T>],
+    /// The backward's buffers of the first `grads.len()` sets (none for the forward).
+    grads: &'c mut [Grads<T>],
     opts: &'c flashattn::AttentionOptions,
     /// The `(B, N, H, d)` layouts the sets were allocated for.
     layouts: Layouts,
     next: usize,
 }
 
-impl<T: PoolElem> Calls<'_, T> {
-    /// One call on set `i mod sets` with layouts `l`.
+impl<'c, T: PoolElem> Calls<'c, T> {
+    fn new(
+        dev: &'c Device,
+        pass: Pass,
+        sets: &'c mut [Set<T>],
+        grads: &'c mut [Grads<T>],
+        opts: &'c AttentionOptions,
+        layouts: Layouts,
+    ) -> Calls<'c, T> {
+        Calls { dev, pass, sets, grads, opts, layouts, next: 0 }
+    }
+
+    /// The input sets the calls rotate through: every set for the forward, the sets with the
+    /// backward's buffers otherwise.
+    fn len(&self) -> usize {
+        match self.pass {
+            Pass::Fwd => self.sets.len(),
+            _ => self.sets.len().min(self.grads.len()),
+        }
+    }
+
+    /// One call on set `i mod len` with layouts `l`: the forward, the backward (given the set's
+    /// O and log-sum-exp), or both; the plan of the last.
     fn on(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
-        let n = self.sets.len();
-        let s = &mut self.sets[i % n];
-        self.dev.attention(
-            s.q.view(l.q),
-            s.k.view(l.k),
-            s.v.view(l.k),
-            s.o.view_mut(l.o),
-            Some(&mut s.lse),
-            self.opts,
-        )
+        let i = i % self.len();
+        let (dev, opts, s) = (self.dev, self.opts, &mut self.sets[i]);
+        let forward = |s: &mut Set<T>| {
+            dev.attention(
+                s.q.view(l.q),
+                s.k.view(l.k),
+                s.v.view(l.k),
+                s.o.view_mut(l.o),
+                Some(&mut s.lse),
+                opts,
+            )
+        };
+        let backward = |s: &Set<T>, g: &mut Grads<T>| {
+            dev.attention_backward(
+                s.q.view(l.q),
+                s.k.view(l.k),
+                s.v.view(l.k),
+                s.o.view(l.o),
+                &s.lse,
+                g.d_o.view(l.o),
+                DeviceGradients { dq: g.dq.view_mut(l.q), dk: g.dk.view_mut(l.k), dv: g.dv.view_mut(l.k) },
+                opts,
+            )
+        };
+        match self.pass {
+            Pass::Fwd => forward(s),
+            Pass::Bwd => backward(s, &mut self.grads[i]),
+            Pass::FwdBwd => {
+                forward(s)?;
+                backward(s, &mut self.grads[i])
+            }
+        }
     }
 
     /// One call on the next set.
@@ -558,17 +759,21 @@ fn measure<T: PoolElem>(
 ) -> flashattn::Result<Measured<T>> {
     let dev = calls.dev;
     let l = calls.layouts;
+    let fwd = calls.pass == Pass::Fwd;
     // Warm call: first-use costs (cuBLAS handle, shared-memory attribute) are paid here.
     calls.on(0, &l)?;
     dev.synchronize()?;
-    // Checked call on set 0, output poisoned with NaN first; free memory read while it is queued.
-    dev.fill_nan(&mut calls.sets[0].o)?;
-    dev.synchronize()?;
+    // Checked call on set 0, the forward's output poisoned with NaN first (the backward passes'
+    // gradients are not checked); free memory read while it is queued.
+    if fwd {
+        dev.fill_nan(&mut calls.sets[0].o)?;
+        dev.synchronize()?;
+    }
     let before = dev.memory_info()?.0;
     calls.on(0, &l)?;
     let during = dev.memory_info()?.0;
     dev.synchronize()?;
-    let output = dev.download(&calls.sets[0].o)?;
+    let output = if fwd { dev.download(&calls.sets[0].o)? } else { Vec::new() };
     // Estimate, warm up, sample.
     let est1 = sample(calls, pool, &l, 1, 1)?[0].max(1e-4);
     let warm = ((args.warmup_ms / est1).ceil() as usize).clamp(1, 10_000);
@@ -582,7 +787,7 @@ fn measure<T: PoolElem>(
     let per_call = sample(calls, pool, &l, samples, batch)?;
     let summary = Summary::of(&per_call).unwrap_or_default();
     Ok(Measured {
-        timing: Timing::from_summary(&summary, batch, 3 + warm, calls.sets.len(), "cuda-events"),
+        timing: Timing::from_summary(&summary, batch, 3 + warm, calls.len(), "cuda-events"),
         est_ms: est,
         extra_measured: before.saturating_sub(during),
         output,
@@ -765,22 +970,64 @@ mod tests {
     use crate::shapes::{Mask, Preset, expand};
 
     #[test]
-    fn gpu_backward_rows_are_unsupported_not_skipped() {
+    fn backward_rows_carry_their_pass_and_flops() {
         let blocks = Preset::Quick.blocks();
         let case = &expand(&blocks).unwrap()[0];
         let info = RunInfo { run_id: "t".into(), device: "gpu".into(), ..Default::default() };
-        for pass in [Pass::Bwd, Pass::FwdBwd] {
-            let rows = backward_rows(case, &info, pass);
-            assert_eq!(rows.len(), case.variants.len());
-            for (r, v) in rows.iter().zip(&case.variants) {
-                assert_eq!((r.status.as_str(), r.pass()), ("unsupported", pass.name()));
-                assert_eq!(r.message.as_deref(), Some(NO_GPU_BACKWARD));
-                assert_eq!(r.method, v.method.name());
-                assert_eq!(r.flops, models::flops(&case.shape) * pass.flops_factor());
-                assert!(r.timing.is_none());
+        let base = base_row(case, "gpu", &info);
+        assert_eq!(base.pass(), "fwd");
+        for v in &case.variants {
+            let fwd = pass_row(&base, v, Pass::Fwd);
+            assert_eq!(fwd, variant_row(&base, v), "the forward's row is the variant's");
+            for (pass, factor) in [(Pass::Bwd, 2.5), (Pass::FwdBwd, 3.5)] {
+                let r = pass_row(&base, v, pass);
+                assert_eq!((r.status.as_str(), r.pass(), r.backend.as_str()), ("ok", pass.name(), "gpu"));
+                assert_eq!((r.method.as_str(), &r.tiles), (v.method.name(), &v.tiles.map(|t| t.to_string())));
+                assert_eq!(r.flops, models::flops(&case.shape) * factor);
+                assert_eq!((r.key.as_str(), r.io_bytes), (base.key.as_str(), base.io_bytes));
+                assert!(r.timing.is_none() && r.message.is_none() && r.bytes_compulsory.is_none());
             }
         }
-        assert_eq!(base_row(case, "gpu", &info).pass(), "fwd");
+        // Failed rows: every pass asked for × every variant, in the sweep's order.
+        let mut rows = Vec::new();
+        let mut emit = |r: Row| {
+            rows.push(r);
+            Ok(())
+        };
+        let passes = [Pass::Fwd, Pass::Bwd, Pass::FwdBwd];
+        fail_rows(case, &base, &passes, &mut emit, ("oom", "allocating: no", Some(7))).unwrap();
+        assert_eq!(rows.len(), 3 * case.variants.len());
+        for (i, r) in rows.iter().enumerate() {
+            let (pass, v) = (passes[i / case.variants.len()], &case.variants[i % case.variants.len()]);
+            assert_eq!((r.pass(), r.method.as_str()), (pass.name(), v.method.name()));
+            assert_eq!((r.status.as_str(), r.oom_needed_bytes), ("oom", Some(7)));
+            assert_eq!(r.flops, base.flops * pass.flops_factor());
+        }
+    }
+
+    #[test]
+    fn backward_buffers_and_options() {
+        let cases = expand(&Preset::Quick.blocks()).unwrap();
+        let c = cases.iter().find(|c| c.shape.kv_heads < c.shape.heads).unwrap_or(&cases[0]);
+        let l = Layouts::new(&c.shape, false);
+        let (lq, lk) = l.lens();
+        assert_eq!(grads_bytes(&l, 2), 2 * 2 * (lq + lk) as u64);
+        let opts = models::options(&c.shape).unwrap();
+        let tc = Variant { method: Method::FlashTensorCore, tiles: None };
+        let standard = Variant { method: Method::Standard, tiles: None };
+        assert_eq!(variant_options(&opts, &tc, Some(4)).splits, Some(4));
+        assert_eq!(
+            variant_options(&opts, &standard, Some(4)).splits,
+            None,
+            "only the tensor-core methods split"
+        );
+        assert_eq!(variant_options(&opts, &standard, Some(4)).method, Method::Standard);
+        // Methods without a GPU backward are the library's to refuse: the row says unsupported.
+        let no_backward = Error::InvalidInput(InvalidInput::Unsupported {
+            method: Method::Flash,
+            reason: flashattn::Reason::NoBackward,
+        });
+        assert_eq!(classify(&no_backward), ("unsupported", None));
     }
 
     #[test]

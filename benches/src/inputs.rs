@@ -17,6 +17,8 @@ const CHUNK: usize = 1 << 20;
 
 /// Residues (mod 64) of the Q, K and V window offsets.
 const RESIDUES: [usize; 3] = [0, 17, 41];
+/// Residue (mod 64) of the window offsets of the backward's upstream gradient dO.
+const GRAD_RESIDUE: usize = 59;
 
 /// Standard-normal values, in f32 and rounded to each 16-bit type.
 pub struct Pools {
@@ -111,6 +113,12 @@ pub fn window_offsets(rng: &mut SmallRng) -> [usize; 3] {
     RESIDUES.map(|r| rng.random_range(0..SLACK / 64 - 1) * 64 + r)
 }
 
+/// Offset of the window of one input set's upstream gradient dO (the backward passes): random,
+/// below [`SLACK`], with a residue mod 64 that differs from those of Q, K and V.
+pub fn grad_offset(rng: &mut SmallRng) -> usize {
+    rng.random_range(0..SLACK / 64 - 1) * 64 + GRAD_RESIDUE
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +143,7 @@ mod tests {
         let [q, k, v] = window_offsets(&mut rng);
         assert_eq!((q % 64, k % 64, v % 64), (0, 17, 41));
         assert!(q < SLACK && k < SLACK && v < SLACK);
+        let g = grad_offset(&mut rng);
+        assert!(g % 64 == 59 && g < SLACK);
     }
 }

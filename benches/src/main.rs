@@ -163,6 +163,7 @@ fn run(args: &RunArgs) -> Result<(), String> {
             rep_ms: args.rep_ms,
             run_id: &info.run_id,
             commit: &info.commit,
+            passes: &args.passes(),
         };
         eprintln!("flashattn-bench: running the PyTorch peers");
         match peers::run(&cfg, &cases) {
@@ -328,9 +329,11 @@ fn gpu_sweep(
         let profile = case.complete || !any_complete;
         let mut emit = |mut row: Row| -> Result<(), String> {
             row.derive();
+            // `one` runs the forward: backward rows are not profiled.
             if ncu_left > 0
                 && profile
                 && row.ok()
+                && row.pass() == "fwd"
                 && let (Some(exe), Some(v)) = (&exe, variant_of(&row))
             {
                 progress.set_message(format!("{} {} under ncu", row.key, row.method));

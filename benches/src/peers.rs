@@ -1,5 +1,7 @@
 //! PyTorch peers in the same run: the shapes go to a JSON file, `peers.py` runs them through
-//! `scaled_dot_product_attention` pinned to each backend and appends rows to `peers.jsonl`.
+//! `scaled_dot_product_attention` pinned to each backend, in each pass of the run (the forward,
+//! and through autograd the backward alone and the forward then the backward), and appends rows
+//! to `peers.jsonl`, each with its pass.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,7 +10,7 @@ use serde::Serialize;
 
 use crate::models;
 use crate::record::PEERS_FILE;
-use crate::shapes::Case;
+use crate::shapes::{Case, Pass};
 
 /// The shapes file's name in the output folder.
 pub const SHAPES_FILE: &str = "peers-shapes.json";
@@ -101,6 +103,32 @@ pub struct PeerRun<'a> {
     pub run_id: &'a str,
     /// Commit.
     pub commit: &'a str,
+    /// The passes to time (the run's `--pass`).
+    pub passes: &'a [Pass],
+}
+
+/// The script's arguments after its path. `--passes` only when a pass other than the forward is
+/// asked for, so that a forward-only run works with an older script (`--peers-script`).
+pub fn script_args(cfg: &PeerRun<'_>, shapes_path: &Path) -> Vec<String> {
+    let mut a = vec![
+        "--shapes".to_string(),
+        shapes_path.display().to_string(),
+        "--out".to_string(),
+        cfg.out.join(PEERS_FILE).display().to_string(),
+        "--warmup-ms".to_string(),
+        cfg.warmup_ms.to_string(),
+        "--rep-ms".to_string(),
+        cfg.rep_ms.to_string(),
+        "--run-id".to_string(),
+        cfg.run_id.to_string(),
+        "--commit".to_string(),
+        cfg.commit.to_string(),
+    ];
+    if cfg.passes.iter().any(|&p| p != Pass::Fwd) {
+        let names: Vec<&str> = cfg.passes.iter().map(|p| p.name()).collect();
+        a.extend(["--passes".to_string(), names.join(",")]);
+    }
+    a
 }
 
 /// Runs the script on `cases`; its progress goes to this process's stderr. A missing interpreter,
@@ -119,12 +147,7 @@ pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
     std::fs::write(&shapes_path, json).map_err(|e| format!("cannot write {}: {e}", shapes_path.display()))?;
     let status = Command::new(cfg.python)
         .arg(&script)
-        .arg("--shapes")
-        .arg(&shapes_path)
-        .arg("--out")
-        .arg(cfg.out.join(PEERS_FILE))
-        .args(["--warmup-ms", &cfg.warmup_ms.to_string(), "--rep-ms", &cfg.rep_ms.to_string()])
-        .args(["--run-id", cfg.run_id, "--commit", cfg.commit])
+        .args(script_args(cfg, &shapes_path))
         .status()
         .map_err(|e| format!("cannot run `{} {}`: {e}", cfg.python, script.display()))?;
     if !status.success() {
@@ -167,5 +190,32 @@ mod tests {
         );
         assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
         assert!(locate(None).is_some(), "the source tree's script");
+    }
+
+    #[test]
+    fn the_script_gets_the_passes() {
+        let out = Path::new("/r");
+        let cfg = |passes| PeerRun {
+            python: "python3",
+            script: None,
+            out,
+            warmup_ms: 25.0,
+            rep_ms: 100.0,
+            run_id: "id",
+            commit: "c",
+            passes,
+        };
+        let fwd = script_args(&cfg(&[Pass::Fwd]), Path::new("/r/s.json"));
+        assert_eq!(fwd[..4], ["--shapes", "/r/s.json", "--out", "/r/peers.jsonl"]);
+        assert!(!fwd.contains(&"--passes".to_string()), "a forward-only run works with an older script");
+        let all = script_args(&cfg(&[Pass::Fwd, Pass::Bwd, Pass::FwdBwd]), Path::new("/r/s.json"));
+        assert_eq!(all[all.len() - 2..], ["--passes", "fwd,bwd,fwd+bwd"]);
+        let bwd = script_args(&cfg(&[Pass::Bwd]), Path::new("/r/s.json"));
+        assert_eq!(bwd[bwd.len() - 2..], ["--passes", "bwd"]);
+        // The script knows the flag and the pass names.
+        let script = std::fs::read_to_string(locate(None).unwrap()).unwrap();
+        for want in ["\"--passes\"", "\"bwd\"", "\"fwd+bwd\"", "torch.autograd.grad"] {
+            assert!(script.contains(want), "peers.py lacks {want}");
+        }
     }
 }

@@ -37,6 +37,8 @@ pub struct Data {
     /// Our rows of passes other than the forward (`bwd`, `fwd+bwd`), GPU and CPU: every other
     /// table (and plot) is of forward rows.
     pub backward: Vec<Row>,
+    /// The peers' rows of passes other than the forward, paired with ours by shape and pass.
+    pub peers_backward: Vec<Row>,
     pub meta: Option<Meta>,
     pub peers_meta: Option<Meta>,
     pub ceilings: Ceilings,
@@ -77,6 +79,11 @@ impl Data {
                 .filter(|r| r.pass() != "fwd" && r.backend != "peer")
                 .map(|&r| r.clone())
                 .collect(),
+            peers_backward: rows
+                .iter()
+                .filter(|r| r.pass() != "fwd" && r.backend == "peer")
+                .map(|&r| r.clone())
+                .collect(),
             peers_meta: loaded.metas().filter(|m| m.source == "peers.py").last().cloned(),
             meta,
             ceilings,
@@ -105,10 +112,30 @@ impl Data {
 
     /// Our fastest measured row of `key` (library tiles).
     fn best(&self, key: &str) -> Option<&Row> {
-        let rows = self.gpu.iter().filter(|r| r.key == key && r.tiles.is_none() && r.ok());
-        rows.filter(|r| r.tflops.is_some())
-            .max_by(|a, b| a.tflops.unwrap_or(0.0).total_cmp(&b.tflops.unwrap_or(0.0)))
+        fastest(self.gpu.iter().filter(|r| r.key == key && r.tiles.is_none()))
     }
+
+    /// The peer row of `key`, `method` and `pass` (a backward pass).
+    fn find_backward(&self, key: &str, method: &str, pass: &str) -> Option<&Row> {
+        self.peers_backward.iter().find(|r| r.key == key && r.method == method && r.pass() == pass)
+    }
+
+    /// Our fastest measured GPU row of `key` in `pass` (a backward pass; library tiles).
+    fn best_backward(&self, key: &str, pass: &str) -> Option<&Row> {
+        let ours = self.backward.iter().filter(|r| r.backend == "gpu" && r.tiles.is_none());
+        fastest(ours.filter(|r| r.key == key && r.pass() == pass))
+    }
+
+    /// Peer backends with rows of a backward pass, in table order.
+    fn backward_peer_methods(&self) -> Vec<(&'static str, &'static str)> {
+        PEERS.into_iter().filter(|(m, _)| self.peers_backward.iter().any(|r| r.method == *m)).collect()
+    }
+}
+
+/// The measured row with the most TFLOP/s.
+fn fastest<'r>(rows: impl Iterator<Item = &'r Row>) -> Option<&'r Row> {
+    rows.filter(|r| r.ok() && r.tflops.is_some())
+        .max_by(|a, b| a.tflops.unwrap_or(0.0).total_cmp(&b.tflops.unwrap_or(0.0)))
 }
 
 /// Whether a row is a headline shape: B·N = 16384, H·d = 2048, Nq = Nk, no varlen, 16-bit.
@@ -286,14 +313,21 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
     ]);
     section(&mut out, plots, ["CPU", cpu_text, "cpu", ""], &sorted(d.cpu.iter()), &cols);
     backward_section(&mut out, d, plots);
-    let bad: Vec<&Row> =
-        d.gpu.iter().chain(&d.cpu).chain(&d.backward).chain(&d.peers).filter(|r| !r.ok()).collect();
+    let bad: Vec<&Row> = d
+        .gpu
+        .iter()
+        .chain(&d.cpu)
+        .chain(&d.backward)
+        .chain(&d.peers)
+        .chain(&d.peers_backward)
+        .filter(|r| !r.ok())
+        .collect();
     let message = |r: &Row| r.message.clone().unwrap_or_default().chars().take(240).collect::<String>();
     let mut cols = shape_cols([
         col("status", |r| r.status.clone()),
         col("message", move |r| message(r).replace('|', "\\|")),
     ]);
-    if !d.backward.is_empty() {
+    if !d.backward.is_empty() || !d.peers_backward.is_empty() {
         cols.insert(2, col("pass", |r| r.pass().to_string()));
     }
     let head = ["Rows without a measurement", "", "", "Status and message of each"];
@@ -311,20 +345,32 @@ pub fn render(d: &Data, plots: &plots::Written) -> String {
 }
 
 /// Rows of the passes other than the forward: the backward alone and the forward then the
-/// backward, with their FLOPs (2.5 and 3.5 forwards) and extra memory; nothing without them.
+/// backward, with their FLOPs (2.5 and 3.5 forwards) and extra memory; then our fastest GPU row
+/// of each shape and pass beside the peers' rows of the same pass; nothing without them.
 fn backward_section(out: &mut String, d: &Data, plots: &plots::Written) {
-    let text = "`bwd`: the backward call alone, given the forward's O and log-sum-exp (computed once, untimed); \
-         `fwd+bwd`: the forward then the backward. FLOPs: 2.5 × the forward's for `bwd`, 3.5 × for `fwd+bwd` \
-         (FlashAttention's rule). Extra memory (model): the CPU backward's O(N) working set, three f32 and an \
-         f32 row of d (the dQ accumulator) per query row plus one key row of (P, dP) pairs. Gradient check: \
-         the test kit's gradient rule against its f64 oracle, where the shape is within the oracle's budget. \
-         There is no GPU backward yet: its rows are unsupported.";
+    let text = "`bwd`: the backward call alone, given the forward's O and log-sum-exp (computed once per input \
+         set, untimed); `fwd+bwd`: the forward then the backward. FLOPs: 2.5 × the forward's for `bwd`, 3.5 × \
+         for `fwd+bwd` (FlashAttention's rule). GPU rows: `Device::attention_backward`, timed like the forward \
+         (CUDA events, rotating input sets, each with its own dO and gradient buffers); extra memory (model): \
+         the backward plan's scratch (`Plan::scratch_bytes`: the f32 dQ accumulator and row statistics), for \
+         `fwd+bwd` the larger of the forward's and the backward's; only the tensor-core methods (`auto`, \
+         `flash-tc`) have a GPU backward, other methods' rows are unsupported. CPU rows: extra memory (model) \
+         is the CPU backward's O(N) working set, three f32 and an f32 row of d (the dQ accumulator) per query \
+         row plus one key row of (P, dP) pairs. Gradient check (CPU rows): the test kit's gradient rule \
+         against its f64 oracle, where the shape is within the oracle's budget; GPU backward rows are not \
+         checked here.";
     let cols = shape_cols([
         col("pass", |r| r.pass().to_string()),
         col("backend", |r| r.backend.clone()),
         col("status", |r| r.status.clone()),
         col("median ms", |r| ms(r.median_ms())),
-        col("GFLOP/s", |r| opt(r.tflops.filter(|_| r.ok()), |t| format!("{:.2}", t * 1e3))),
+        // The CPU's speed in GFLOP/s (as the CPU table), the GPU's in TFLOP/s.
+        col("speed", |r| {
+            opt(r.tflops.filter(|_| r.ok()), |t| match r.backend.as_str() {
+                "cpu" => format!("{:.2} GFLOP/s", t * 1e3),
+                _ => format!("{t:.1} TFLOP/s"),
+            })
+        }),
         col("extra (model)", |r| byte_cell(r.extra_bytes_plan)),
         col("extra (measured)", |r| byte_cell(r.extra_bytes_measured)),
         col("rule ratio", |r| opt(err(r, |e| e.rule_ratio), |x| format!("{x:.2}"))),
@@ -340,6 +386,36 @@ fn backward_section(out: &mut String, d: &Data, plots: &plots::Written) {
     let mut rows = sorted(d.backward.iter());
     rows.sort_by_key(|r| r.pass() == "fwd+bwd");
     section(out, plots, ["Backward passes", text, "", ""], &rows, &cols);
+
+    // Against the peers: one item per (shape, pass) that both we (GPU) and a peer ran.
+    let mut seen = BTreeSet::new();
+    let mut pairs: Vec<&Row> = sorted(d.backward.iter().filter(|r| r.backend == "gpu"))
+        .into_iter()
+        .filter(|r| d.peers_backward.iter().any(|p| p.key == r.key && p.pass() == r.pass()))
+        .filter(|r| seen.insert((r.key.clone(), r.pass().to_string())))
+        .collect();
+    pairs.sort_by_key(|r| r.pass() == "fwd+bwd");
+    let best = |r: &Row| {
+        opt(d.best_backward(&r.key, r.pass()), |b| format!("{} ({})", tflops_cell(Some(b)), b.method))
+    };
+    let mut cols = vec![
+        col("shape", |r| format!("`{}`", r.key)),
+        col("pass", |r| r.pass().to_string()),
+        col("ours", best),
+    ];
+    for (m, name) in d.backward_peer_methods() {
+        cols.push(col(name, move |r| tflops_cell(d.find_backward(&r.key, m, r.pass()))));
+    }
+    for (m, name) in d.backward_peer_methods() {
+        cols.push(col(format!("ours / {name}"), move |r| {
+            ratio(d.best_backward(&r.key, r.pass()), d.find_backward(&r.key, m, r.pass()))
+        }));
+    }
+    let text = "TFLOP/s of the same pass (2.5 or 3.5 × the forward's FLOPs for both); ours is our fastest GPU \
+         method. The peers time `torch.autograd.grad(out, (q, k, v), dO)` on the backend pinned for the \
+         forward: `bwd` on the graph of one untimed forward (kept with `retain_graph=True`), `fwd+bwd` the \
+         forward and the backward in each call. Ratios: ours over each peer.";
+    section(out, plots, ["Backward passes against the peers", text, "", ""], &pairs, &cols);
 }
 
 fn meta_table(out: &mut String, d: &Data) {
@@ -728,11 +804,75 @@ mod tests {
         let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
         for want in [
             "## Backward passes",
-            "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | bwd | cpu | ok | 5.000 |",
+            "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | bwd | cpu | ok | 5.000 | 0.50 GFLOP/s |",
             "| `f32/B1/H2/N64x64/d64/none` | flash | bwd | unsupported | m bwd |",
             "| `f32/B1/H2/N64x64/d64/none` | cpu-tiled | ok | 2.000 |",
         ] {
             assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
+        }
+        assert!(!md.contains("against the peers"), "no peers, no pairing:\n{md}");
+    }
+
+    #[test]
+    fn backward_rows_pair_with_the_peers_by_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "bf16/B2/H16/N4096x4096/d128/causal";
+        let fwd_flops = 4.0 * 2.0 * 16.0 * 4096.0 * 4096.0 * 128.0 / 2.0;
+        let row = |backend: &str, method: &str, pass: &str, status: &str, ms: f64| {
+            let factor = match pass {
+                "bwd" => 2.5,
+                "fwd+bwd" => 3.5,
+                _ => 1.0,
+            };
+            let flops = fwd_flops * factor;
+            let tflops = flops / (ms * 1e-3) / 1e12;
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"{key}","dtype":"bf16","batch":2,"heads":16,"kv_heads":16,"seqlen_q":4096,"seqlen_k":4096,"head_dim":128,"mask":"causal","method":"{method}","pass":"{pass}","status":"{status}","message":"m","flops":{flops},"timing":{{"median_ms":{ms}}},"tflops":{tflops}}}"#
+            )
+        };
+        let ours = [
+            row("gpu", "auto", "fwd", "ok", 1.0),
+            row("gpu", "auto", "bwd", "ok", 2.0),
+            row("gpu", "flash-tc", "bwd", "ok", 4.0),
+            row("gpu", "flash", "bwd", "unsupported", 1.0),
+            row("gpu", "auto", "fwd+bwd", "ok", 3.0),
+        ];
+        let peers = [
+            row("peer", "torch-flash", "fwd", "ok", 0.5),
+            row("peer", "torch-flash", "bwd", "ok", 1.0),
+            row("peer", "torch-cudnn", "bwd", "ok", 4.0),
+            row("peer", "torch-flash", "fwd+bwd", "ok", 6.0),
+            row("peer", "torch-cudnn", "fwd+bwd", "unsupported", 1.0),
+        ];
+        std::fs::write(dir.path().join("bench.jsonl"), ours.join("\n")).unwrap();
+        std::fs::write(dir.path().join("peers.jsonl"), peers.join("\n")).unwrap();
+        let d = Data::new(&load_dir(dir.path()).unwrap(), None);
+        assert_eq!((d.gpu.len(), d.peers.len(), d.backward.len(), d.peers_backward.len()), (1, 1, 4, 4));
+        // Pairs are by pass: the forward's peer row is not the backward's.
+        assert_eq!(d.find_backward(key, "torch-flash", "bwd").unwrap().median_ms(), Some(1.0));
+        assert_eq!(d.find_backward(key, "torch-flash", "fwd+bwd").unwrap().median_ms(), Some(6.0));
+        assert_eq!(d.best_backward(key, "bwd").unwrap().method, "auto");
+        assert!(d.find_backward(key, "torch-flash", "fwd").is_none());
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        let tf = |ms: f64, factor: f64| format!("{:.1}", fwd_flops * factor / (ms * 1e-3) / 1e12);
+        for want in [
+            "## Backward passes against the peers".to_string(),
+            "| shape | pass | ours | torch FA2 | torch cuDNN | ours / torch FA2 | ours / torch cuDNN |"
+                .into(),
+            // bwd: ours 2 ms, FA2 1 ms, cuDNN 4 ms.
+            format!(
+                "| `{key}` | bwd | {} (auto) | {} | {} | 0.50× | 2.00× |",
+                tf(2.0, 2.5),
+                tf(1.0, 2.5),
+                tf(4.0, 2.5)
+            ),
+            // fwd+bwd: ours 3 ms, FA2 6 ms, cuDNN unsupported.
+            format!("| `{key}` | fwd+bwd | {} (auto) | {} | n/a | 2.00× | – |", tf(3.0, 3.5), tf(6.0, 3.5)),
+            // The forward's table pairs forward rows: ours 1 ms over FA2's 0.5 ms.
+            "| 0.50× |".into(),
+            format!("| `{key}` | torch-cudnn | fwd+bwd | unsupported | m |"),
+        ] {
+            assert!(md.contains(&want), "the report lacks `{want}`:\n{md}");
         }
     }
 

@@ -156,7 +156,7 @@ pub(crate) struct Io {
     pub lse: u64,
 }
 
-fn strides(l: &Layout) -> [u64; 3] {
+pub(crate) fn strides(l: &Layout) -> [u64; 3] {
     [l.batch_stride as u64, l.seq_stride as u64, l.head_stride as u64]
 }
 

@@ -1,7 +1,7 @@
 //! Attention on the CPU: the tiled algorithm with the shared online-softmax recurrence, for
 //! machines without a GPU and as the first thing the tests check.
 
-use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge, prob_from_lse};
+use flashattn_kernels::softmax::{GradRow, OnlineSoftmax, SplitMerge, prob_from_lse};
 
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
@@ -303,10 +303,10 @@ pub struct Gradients<'a, T> {
 /// forward's output O and log-sum-exp, and the upstream gradient dO, writes dQ, dK and dV.
 ///
 /// 1. Per query row, a pass over its keys: `D_t = Σ_j P_tj·dP_tj` (relative to the dP of its
-///    most probable key) and `1/Σ_j P_tj` (see the
-///    code for why not FlashAttention-2's `rowsum(dO ∘ O)`: the storage type's rounding of O
-///    and the f32 rounding of a large log-sum-exp would cost many times the baseline's error on
-///    nearly one-hot rows).
+///    most probable key) and `1/Σ_j P_tj`, by the recurrence the GPU's preprocessing kernel runs
+///    ([`GradRow`]; it says why not FlashAttention-2's `rowsum(dO ∘ O)`: the storage type's
+///    rounding of O and the f32 rounding of a large log-sum-exp would cost many times the
+///    baseline's error on nearly one-hot rows).
 /// 2. For each K/V head and tile of `block_n` keys, with dK and dV accumulators for the tile in
 ///    f32: for every query head that reads it (grouped-query attention sums over them) and
 ///    every tile of `block_m` queries that sees one of its keys, recompute
@@ -341,40 +341,14 @@ pub fn attention_backward<T: Element>(
         opts,
     )?;
     problem.check_lse_len(Some(lse.len()))?;
-    // dO is read like O; dQ, dK, dV are written like Q, K, V: the same shapes, any strides.
-    let same_shape = |name: &'static str, what: &Layout, like: &Layout, len: usize| -> Result<()> {
-        for (dim, a, b) in [
-            ("batch", what.batch, like.batch),
-            ("seqlen", what.seqlen, like.seqlen),
-            ("heads", what.heads, like.heads),
-            ("head_dim", what.head_dim, like.head_dim),
-        ] {
-            if a != b {
-                return Err(
-                    InvalidInput::ShapeMismatch { what: dim, tensor: name, expected: b, actual: a }.into()
-                );
-            }
-        }
-        let need = what.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
-        if need > len {
-            return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len }.into());
-        }
-        Ok(())
-    };
-    same_shape("d_o", &d_o.layout, &o.layout, d_o.data.len())?;
-    for (name, g, like) in
-        [("dq", &grads.dq, &q.layout), ("dk", &grads.dk, &k.layout), ("dv", &grads.dv, &v.layout)]
-    {
-        same_shape(name, &g.layout, like, g.data.len())?;
-        if g.layout.overlaps() {
-            let l = g.layout;
-            return Err(InvalidInput::OverlappingOutput {
-                strides: [l.batch_stride, l.seq_stride, l.head_stride],
-                head_dim: l.head_dim,
-            }
-            .into());
-        }
-    }
+    problem.check_backward(
+        (&d_o.layout, d_o.data.len()),
+        [
+            ("dq", &grads.dq.layout, grads.dq.data.len()),
+            ("dk", &grads.dk.layout, grads.dk.data.len()),
+            ("dv", &grads.dv.layout, grads.dv.data.len()),
+        ],
+    )?;
     let (block_m, block_n) = tiles(opts)?;
     let inputs = [q.data, k.data, v.data, d_o.data];
     backward_tiled(&problem, inputs, d_o.layout, lse, grads, (block_m, block_n));
@@ -408,7 +382,6 @@ fn backward_tiled<T: Element>(
     //    dQ accumulates in f32.
     let rows = p.lse_len();
     let (mut pivot, mut d_rel, mut inv_sum) = (vec![0.0f32; rows], vec![0.0f32; rows], vec![0.0f32; rows]);
-    let mut pdp: Vec<(f32, f32)> = Vec::new();
     let mut dq_acc = vec![0.0f32; rows * d];
     let (mut q_row, mut do_row, mut kv_row) = (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; d]);
     for i in 0..p.batch() {
@@ -420,22 +393,19 @@ fn backward_tiled<T: Element>(
                 let row = p.lse_index(i, h, t);
                 load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
                 load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
-                pdp.clear();
+                // The GPU's recurrence, one key at a time ([`GradRow`]): a row without keys (or
+                // whose every probability underflowed) ends with 1/Σ P = 0, hence zero gradients.
+                let mut stats = GradRow::new();
                 for j in p.key_begin(t, seq.len_q, seq.len_k)..p.key_end(t, seq.len_q, seq.len_k) {
                     load(&mut kv_row, k, lk.offset(b, seq.k_start + j, kh));
                     let pr = prob_from_lse(dot(&q_row, &kv_row), scale_log2, lse[row]);
                     load(&mut kv_row, v, lv.offset(b, seq.k_start + j, kh));
-                    pdp.push((pr, dot(&do_row, &kv_row)));
+                    let dp = dot(&do_row, &kv_row);
+                    stats.see(pr, dp);
+                    stats.add(pr, dp);
                 }
-                // A row without keys (or whose every probability underflowed) has none: 0.
-                let sum_p: f32 = pdp.iter().map(|&(pr, _)| pr).sum();
-                let inv = if sum_p > 0.0 { 1.0 / sum_p } else { 0.0 };
-                // The pivot: dP of the most probable key. `D − pivot = Σ P(dP − pivot)` is then
-                // small where dS is (the dominant key adds exactly 0), and a row with one key
-                // gets dS = 0 exactly, as the math says.
-                let top = pdp.iter().fold((0.0f32, 0.0f32), |m, &x| if x.0 > m.0 { x } else { m });
-                let rel: f32 = pdp.iter().map(|&(pr, dp)| pr * inv * (dp - top.1)).sum();
-                (pivot[row], d_rel[row], inv_sum[row]) = (top.1, rel, inv);
+                let (inv, rel) = GradRow::finish(stats.sum, stats.rel);
+                (pivot[row], d_rel[row], inv_sum[row]) = (stats.pivot, rel, inv);
             }
         }
     }
@@ -480,7 +450,7 @@ fn backward_tiled<T: Element>(
                                 let pr = prob_from_lse(s, scale_log2, lse[row]) * inv_sum[row];
                                 let dp = dot(&do_row, &vt[c * d..(c + 1) * d]);
                                 p_row[c] = pr;
-                                ds_row[c] = pr * ((dp - pivot[row]) - d_rel[row]);
+                                ds_row[c] = GradRow::ds(pr, dp, pivot[row], d_rel[row]);
                             }
                             let dq_row = &mut dq_acc[row * d..(row + 1) * d];
                             for c in lo..hi {

@@ -15,6 +15,7 @@
 //! ```
 
 mod attention;
+mod backward;
 mod buffer;
 pub mod cpu;
 mod device;
@@ -27,12 +28,13 @@ mod standard;
 mod timing;
 
 pub use attention::{DeviceTensor, DeviceTensorMut};
+pub use backward::DeviceGradients;
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result};
 pub use plan::{
     AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,
-    plan,
+    plan, plan_backward,
 };
 pub use problem::{
     AttentionOptions, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,

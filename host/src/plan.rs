@@ -7,9 +7,12 @@
 //! faster path was not taken.
 
 use flashattn_kernels::config::{
-    MMA_CONFIGS, MmaConfig, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, mma_decode, mma_default, mma_find,
+    BWD_CONFIGS, MMA_CONFIGS, MmaConfig, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, bwd_default, mma_decode,
+    mma_default, mma_find,
 };
-use flashattn_kernels::params::{COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS};
+use flashattn_kernels::params::{
+    BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
+};
 use flashattn_kernels::registry::{Family, Target};
 
 use crate::buffer::DType;
@@ -108,6 +111,8 @@ pub enum Reason {
     VarLen,
     /// A sliding window: the GPU kernels do not apply one yet (the CPU path does).
     Window,
+    /// The method has no backward pass (on the GPU, only the tensor-core kernels have one).
+    NoBackward,
 }
 
 impl std::fmt::Display for Reason {
@@ -155,6 +160,10 @@ impl std::fmt::Display for Reason {
             Reason::Window => {
                 f.write_str("a sliding window (not on the GPU yet; `flashattn::cpu::attention` applies it)")
             }
+            Reason::NoBackward => f.write_str(
+                "the backward pass (on the GPU only the tensor-core kernels have one: use Method::Auto or \
+                 Method::FlashTensorCore; `flashattn::cpu::attention_backward` runs every dtype)",
+            ),
         }
     }
 }
@@ -894,4 +903,128 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
         gqa_packed: false,
         why: Vec::new(),
     })
+}
+
+/// The GPU backward pass's plan: the preprocessing, main and dQ-conversion kernels of the
+/// backward instance for the head dim (`kernels-gpu/src/gpu/flash_bwd.rs`). Runs f16 and bf16,
+/// head dims that are multiples of 8 up to the largest backward instance, 16-byte rows for all
+/// seven tensors (`layouts`: dO, dQ, dK, dV with their names), no window, no split-KV override;
+/// a tile override must name the instance's tiles. `Method::Auto` and
+/// `Method::FlashTensorCore` both take this path; the other methods have no backward.
+pub fn plan_backward(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+    layouts: [(&'static str, &Layout); 4],
+) -> Result<Plan, InvalidInput> {
+    crate::problem::check_splits(opts)?;
+    let method = Method::FlashTensorCore;
+    match opts.method {
+        Method::Auto | Method::FlashTensorCore => {}
+        other => return Err(unsupported(other, Reason::NoBackward)),
+    }
+    if !problem.window().is_none() {
+        return Err(unsupported(method, Reason::Window));
+    }
+    if opts.splits.is_some_and(|s| s > 1) {
+        return Err(unsupported(method, Reason::NoSplitKv));
+    }
+    if dtype == DType::F32 {
+        return Err(unsupported(method, Reason::DType { dtype }));
+    }
+    let d = problem.head_dim();
+    let index = bwd_default(d as u32).ok_or_else(|| {
+        let supported = BWD_CONFIGS.iter().map(|c| c.head_dim).collect();
+        unsupported(method, Reason::HeadDim { head_dim: d, supported })
+    })?;
+    let config = BWD_CONFIGS[index];
+    let inputs = [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())];
+    for (tensor, l) in inputs.into_iter().chain(layouts) {
+        if l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0) {
+            let strides = [l.batch_stride, l.seq_stride, l.head_stride];
+            return Err(unsupported(
+                method,
+                Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN },
+            ));
+        }
+    }
+    let tiles = (BWD_BLOCK_M, config.block_n());
+    let (tm, tn) = (opts.tiles.block_m, opts.tiles.block_n);
+    if tm.is_some_and(|m| m != tiles.0 as usize) || tn.is_some_and(|n| n != tiles.1 as usize) {
+        return Err(tile_error(
+            method,
+            opts.tiles,
+            TileError::NotInstantiated { head_dim: d, available: vec![tiles] },
+        ));
+    }
+    let limit = props.max_shared_per_block;
+    let needed = config.shared_bytes().max(config.prep_shared_bytes());
+    if needed > limit {
+        return Err(unsupported(method, Reason::SharedMemory { needed, limit }));
+    }
+    let e = elem(dtype);
+    let (prep, main, conv) = (
+        kernel_on(method, props, Family::BwdPrep(e, index))?,
+        kernel_on(method, props, Family::BwdMma(e, index))?,
+        kernel_on(method, props, Family::BwdDq(e))?,
+    );
+    let query_grid = flash_grid(method, problem, BWD_BLOCK_M, 1)?;
+    let key_grid = [
+        problem.max_lens().1.div_ceil(tiles.1 as usize) as u64,
+        problem.k().heads as u64,
+        problem.batch() as u64,
+    ];
+    if key_grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
+        return Err(unsupported(method, Reason::Grid { grid: key_grid }));
+    }
+    let kernel = |k: KernelId, grid, threads, shared_bytes| Launch {
+        kind: LaunchKind::Kernel(k.name()),
+        grid,
+        threads,
+        shared_bytes,
+        count: 1,
+        kernel: Some(k),
+    };
+    // A kernel with nothing to do (no query rows for preprocessing and conversion, no keys
+    // for the main kernel) is not launched: with queries but no keys, dQ is the zeros the
+    // preprocessing writes; with keys but no queries, dK and dV are the main kernel's zeros.
+    let launches: Vec<Launch> = [
+        kernel(prep, query_grid, BWD_PREP_THREADS, config.prep_shared_bytes()),
+        kernel(
+            main,
+            (key_grid[0] as u32, key_grid[1] as u32, key_grid[2] as u32),
+            config.threads(),
+            config.shared_bytes(),
+        ),
+        kernel(conv, query_grid, BWD_PREP_THREADS, 0),
+    ]
+    .into_iter()
+    .filter(|l| l.grid.0 > 0 && l.grid.1 > 0 && l.grid.2 > 0)
+    .collect();
+    let why = vec![format!(
+        "backward: FlashAttention-2's algorithm on tensor cores, instance d{} ({} warps, {} keys a block, \
+         {} queries a step); dQ accumulates in f32 with atomics (not bit-reproducible)",
+        config.head_dim, config.warps, tiles.1, tiles.0
+    )];
+    let mut plan = Plan {
+        method,
+        launches,
+        tiles: Some((tiles.0 as usize, tiles.1 as usize)),
+        scratch_bytes: offsets_bytes(problem) + backward_scratch_bytes(problem),
+        not_taken: Vec::new(),
+        splits: 1,
+        gqa_packed: false,
+        why,
+    };
+    if plan.launches.is_empty() {
+        plan.scratch_bytes = 0;
+    }
+    Ok(plan)
+}
+
+/// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row)
+/// and three f32 statistics per row.
+pub(crate) fn backward_scratch_bytes(problem: &Problem) -> u64 {
+    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 3)
 }

@@ -515,6 +515,49 @@ impl Problem {
         }
     }
 
+    /// The backward pass's extra tensors: the upstream gradient `d_o` (read like O: O's shape,
+    /// any strides) and the gradients (written like Q, K and V: their shapes, any strides that do
+    /// not overlap), each with the length of the buffer behind it.
+    pub fn check_backward(
+        &self,
+        d_o: (&Layout, usize),
+        grads: [(&'static str, &Layout, usize); 3],
+    ) -> Result<(), InvalidInput> {
+        let same_shape = |name: &'static str, what: &Layout, like: &Layout, len: usize| {
+            for (dim, a, b) in [
+                ("batch", what.batch, like.batch),
+                ("seqlen", what.seqlen, like.seqlen),
+                ("heads", what.heads, like.heads),
+                ("head_dim", what.head_dim, like.head_dim),
+            ] {
+                if a != b {
+                    return Err(InvalidInput::ShapeMismatch {
+                        what: dim,
+                        tensor: name,
+                        expected: b,
+                        actual: a,
+                    });
+                }
+            }
+            let need = what.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
+            if need > len {
+                return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len });
+            }
+            Ok(())
+        };
+        same_shape("d_o", d_o.0, &self.o, d_o.1)?;
+        for ((name, layout, len), like) in grads.into_iter().zip([&self.q, &self.k, &self.v]) {
+            same_shape(name, layout, like, len)?;
+            if layout.overlaps() {
+                return Err(InvalidInput::OverlappingOutput {
+                    strides: [layout.batch_stride, layout.seq_stride, layout.head_stride],
+                    head_dim: layout.head_dim,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Rows of the log-sum-exp output per head: `seqlen_q` (the packed token count for varlen).
     pub fn lse_seq_stride(&self) -> usize {
         self.q.seqlen

@@ -5,7 +5,9 @@
 //! Why these tiles: see `kernels-gpu/NOTES.md` (the measured steps and the bench rows behind
 //! each choice).
 
-use crate::params::{SIMT_KEY_CHUNK, SIMT_THREADS_PER_ROW, simt_shared_bytes};
+use crate::params::{
+    BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, SIMT_KEY_CHUNK, SIMT_THREADS_PER_ROW, simt_shared_bytes,
+};
 use crate::registry::SIMT_HEAD_DIMS;
 
 /// A tensor-core kernel configuration. Each warp owns `block_m / warps` query rows (a multiple
@@ -185,6 +187,120 @@ pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize
         i += 1;
     }
     smallest_running(head_dim, 2, true, block_m, block_n)
+}
+
+/// A tensor-core backward configuration (FlashAttention-2's algorithm; `gpu/flash_bwd.rs`).
+/// Each of the main kernel's `warps` warps owns 16 keys of the block's key tile (so
+/// `block_n = 16·warps`) and their dK and dV rows in registers, for the whole walk over the
+/// query tiles ([`BWD_BLOCK_M`] rows a step) that see them. Instances are padded: they run
+/// every head dim `d ≤ head_dim` that is a multiple of 8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BwdConfig {
+    /// Head dimension the instance computes with (a problem's `d` is padded up to it).
+    pub head_dim: u32,
+    /// Warps per block of the main kernel.
+    pub warps: u32,
+    /// Blocks per SM its register allocation must allow (launch bounds, as [`MmaConfig`]).
+    pub min_blocks: u32,
+}
+
+impl BwdConfig {
+    /// Keys per block of the main kernel.
+    pub const fn block_n(&self) -> u32 {
+        16 * self.warps
+    }
+
+    /// Threads per block of the main kernel.
+    pub const fn threads(&self) -> u32 {
+        32 * self.warps
+    }
+
+    /// Elements per shared tile row (as [`MmaConfig::pitch`]).
+    pub const fn pitch(&self) -> u32 {
+        let mut p = 64;
+        while p < self.head_dim {
+            p *= 2;
+        }
+        p
+    }
+
+    /// Query tiles (for the dQ product) each warp shares with others: the dQ tile's
+    /// `BWD_BLOCK_M / 16` row slabs are spread over the warps, each slab's columns over
+    /// `warps / slabs` warps.
+    pub const fn dq_column_groups(&self) -> u32 {
+        self.warps / (BWD_BLOCK_M / 16)
+    }
+
+    /// Queries per pass of the main kernel's score products (`Sᵀ`, `dPᵀ`, then dK and dV): the
+    /// whole step of [`BWD_BLOCK_M`], or 16 for head dims above 64, where dK and dV already
+    /// take 128 registers a thread (with 32, ptxas spilled on sm_90a).
+    pub const fn query_chunk(&self) -> u32 {
+        if self.head_dim > 64 { 16 } else { BWD_BLOCK_M }
+    }
+
+    /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
+    /// tiles ([`BWD_BLOCK_M`] rows), the dSᵀ tile (`block_n × BWD_BLOCK_M`, 16-bit) and two
+    /// stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16 bytes
+    /// a row).
+    pub const fn shared_bytes(&self) -> u32 {
+        2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
+            + 2 * self.block_n() * BWD_BLOCK_M
+            + 2 * 16 * BWD_BLOCK_M
+    }
+
+    /// Shared memory of the preprocessing kernel: Q and dO tiles, and two stages of K and V
+    /// tiles ([`BWD_PREP_BLOCK_N`] rows).
+    pub const fn prep_shared_bytes(&self) -> u32 {
+        2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
+    }
+
+    /// Whether this instance runs head dim `d`.
+    pub const fn runs(&self, d: u32) -> bool {
+        d <= self.head_dim && d % 8 == 0 && d > 0
+    }
+
+    /// Whether the kernels can run it: whole 16-wide `k` steps, a warp count whose dQ split
+    /// is whole (4 or 8 warps), tile rows every thread copies in whole passes, and the Hopper
+    /// shared-memory budget.
+    pub const fn is_valid(&self) -> bool {
+        self.head_dim % 16 == 0
+            && self.head_dim <= 256
+            && (self.warps == 4 || self.warps == 8)
+            && self.threads() % (self.pitch() / 8) == 0
+            && BWD_PREP_THREADS % (self.pitch() / 8) == 0
+            && (self.head_dim / 8) % (2 * self.dq_column_groups()) == 0
+            && self.min_blocks > 0
+            && self.shared_bytes() <= HOPPER_SHARED_LIMIT
+            && self.prep_shared_bytes() <= HOPPER_SHARED_LIMIT
+    }
+}
+
+pub use crate::registry::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS};
+
+const _: () = {
+    let mut i = 0;
+    while i < BWD_CONFIGS.len() {
+        assert!(BWD_CONFIGS[i].is_valid(), "a backward configuration breaks the kernels' constraints");
+        i += 1;
+    }
+};
+
+/// Index into [`BWD_CONFIGS`] of the instance that runs head dim `head_dim`: the smallest
+/// instantiated head dim that holds it.
+pub const fn bwd_default(head_dim: u32) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    let mut i = 0;
+    while i < BWD_CONFIGS.len() {
+        let c = BWD_CONFIGS[i];
+        if c.runs(head_dim) {
+            best = match best {
+                Some(b) if BWD_CONFIGS[b].head_dim <= c.head_dim => Some(b),
+                _ => Some(i),
+            };
+        }
+        i += 1;
+    }
+    best
 }
 
 /// The general (CUDA-core) kernel's tile choice: query rows per block and keys per shared tile.

@@ -35,6 +35,16 @@ pub fn unmasked_end(row_start: u32, len_q: u32, len_k: u32, causal: bool) -> u32
     end.clamp(0, len_k as i64) as u32
 }
 
+/// The first query that sees key `key` (with causal masking, `key + len_q − len_k`, at least 0;
+/// without, 0): the backward's key tiles skip the query tiles before it.
+#[inline(always)]
+pub fn first_query(key: u32, len_q: u32, len_k: u32, causal: bool) -> u32 {
+    if !causal {
+        return 0;
+    }
+    (key as i64 + len_q as i64 - len_k as i64).clamp(0, u32::MAX as i64) as u32
+}
+
 /// [`visible`] for host-side `usize` coordinates (no truncation to 32 bits).
 #[inline]
 pub fn visible_usize(t: usize, j: usize, len_q: usize, len_k: usize) -> bool {

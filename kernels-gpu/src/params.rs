@@ -91,6 +91,50 @@ pub struct AttnParams {
     pub partial_rows: u64,
 }
 
+/// Parameters of the backward kernels (preprocessing, main, dQ conversion). `attn` is the
+/// forward's struct, re-read: Q, K, V, the log-sum-exp, varlen offsets, strides and shapes,
+/// with `attn.o`/`attn.o_strides` the **upstream gradient dO** (laid out as O), and
+/// `attn.partial_rows` the number of log-sum-exp rows (the length of each statistics array).
+///
+/// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
+/// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BwdParams {
+    /// The forward's parameters (see above: `o` is dO).
+    pub attn: AttnParams,
+    /// dQ (written, storage type, strided as `dq_strides`).
+    pub dq: u64,
+    /// dK (written, strided as `dk_strides`; the shape of K).
+    pub dk: u64,
+    /// dV (written, strided as `dv_strides`; the shape of V).
+    pub dv: u64,
+    /// dQ's (batch, seq, head) strides, elements.
+    pub dq_strides: [u64; 3],
+    /// dK's strides.
+    pub dk_strides: [u64; 3],
+    /// dV's strides.
+    pub dv_strides: [u64; 3],
+    /// The f32 dQ accumulator: row `r` (a log-sum-exp index), column `c` at `r·head_dim + c`.
+    /// Zeroed by the preprocessing kernel, added to by the main kernel, read by the conversion.
+    pub dq_acc: u64,
+    /// Per-row statistics (f32), three arrays of `attn.partial_rows`: `1/Σ P`, the pivot and
+    /// `D − pivot` ([`crate::softmax::GradRow`]), written by the preprocessing kernel.
+    pub stats: u64,
+    /// The softmax scale (natural units): dQ and dK are `scale·dS·K` and `scale·dSᵀ·Q`.
+    pub scale: f32,
+    /// Padding to a multiple of 8 bytes; must be 0.
+    pub _pad: u32,
+}
+
+/// Query rows per block of the backward's preprocessing and dQ-conversion kernels (4 warps of
+/// 16), and query rows per step of the main kernel.
+pub const BWD_BLOCK_M: u32 = 64;
+/// Keys per tile of the backward's preprocessing kernel.
+pub const BWD_PREP_BLOCK_N: u32 = 64;
+/// Threads per block of the preprocessing and dQ-conversion kernels.
+pub const BWD_PREP_THREADS: u32 = 128;
+
 /// Query rows (one per warp) per block of the split-KV combine kernel.
 pub const COMBINE_WARPS: u32 = 4;
 

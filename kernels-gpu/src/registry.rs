@@ -68,6 +68,12 @@ pub enum Family {
     SoftmaxRows(Elem),
     /// The split-KV combine kernel (`AttnParams`): merges the splits' partial outputs.
     Combine(Elem),
+    /// The backward's preprocessing kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
+    BwdPrep(Elem, usize),
+    /// The backward's main kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
+    BwdMma(Elem, usize),
+    /// The backward's dQ conversion (`BwdParams`): f32 accumulator to the storage type.
+    BwdDq(Elem),
 }
 
 /// One entry point.
@@ -133,6 +139,32 @@ macro_rules! mma_kernel_name {
     };
 }
 
+/// Calls `$m!` with the backward's instances, one `(head_dim, warps, min_blocks)` group each
+/// ([`crate::config::BwdConfig`]; all padded).
+#[macro_export]
+macro_rules! for_each_bwd_instance {
+    ($m:ident $(, $arg:tt)*) => {
+        $m! { ($($arg),*)
+            (32, 4, 2)
+            (64, 4, 2)
+            (128, 8, 1)
+        }
+    };
+}
+
+/// The entry names of one backward instance: the main kernel
+/// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
+/// `flash_bwd_prep_{dtype}_d{head_dim}`.
+#[macro_export]
+macro_rules! bwd_kernel_name {
+    (main, $dt:literal, $d:literal, $w:literal, $b:literal) => {
+        concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b)
+    };
+    (prep, $dt:literal, $d:literal, $w:literal, $b:literal) => {
+        concat!("flash_bwd_prep_", $dt, "_d", $d)
+    };
+}
+
 /// Calls `$m!` with the general kernel's padded head dimensions, `(head_dim, accumulator
 /// length = head_dim / 4)` each.
 #[macro_export]
@@ -165,6 +197,26 @@ macro_rules! mma_table {
 }
 for_each_mma_instance!(mma_table);
 
+macro_rules! bwd_table {
+    (() $(($d:literal, $w:literal, $b:literal))*) => {
+        /// Every backward configuration, in [`for_each_bwd_instance!`] order.
+        pub const BWD_CONFIGS: [$crate::config::BwdConfig; [$($d),*].len()] = [$(
+            $crate::config::BwdConfig { head_dim: $d, warps: $w, min_blocks: $b }
+        ),*];
+        /// Entry names of the backward's main kernels, f16 then bf16.
+        pub const BWD_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
+            [$(bwd_kernel_name!(main, "f16", $d, $w, $b)),*],
+            [$(bwd_kernel_name!(main, "bf16", $d, $w, $b)),*],
+        ];
+        /// Entry names of the backward's preprocessing kernels, f16 then bf16.
+        pub const BWD_PREP_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
+            [$(bwd_kernel_name!(prep, "f16", $d, $w, $b)),*],
+            [$(bwd_kernel_name!(prep, "bf16", $d, $w, $b)),*],
+        ];
+    };
+}
+for_each_bwd_instance!(bwd_table);
+
 macro_rules! simt_table {
     (() $(($d:literal, $dq:literal))*) => {
         /// The head dimensions the general kernel is instantiated for (a problem's `d` is padded
@@ -181,7 +233,7 @@ macro_rules! simt_table {
 for_each_simt_instance!(simt_table);
 
 const ELEMS: [Elem; 3] = [Elem::F16, Elem::Bf16, Elem::F32];
-const FIXED: [(&str, Family); 9] = [
+const FIXED: [(&str, Family); 11] = [
     ("fill_u16", Family::Fill(2)),
     ("fill_u32", Family::Fill(4)),
     ("fill_rows_u16", Family::FillRows(2)),
@@ -191,10 +243,13 @@ const FIXED: [(&str, Family); 9] = [
     ("softmax_rows_f32", Family::SoftmaxRows(Elem::F32)),
     ("flash_combine_f16", Family::Combine(Elem::F16)),
     ("flash_combine_bf16", Family::Combine(Elem::Bf16)),
+    ("flash_bwd_dq_f16", Family::BwdDq(Elem::F16)),
+    ("flash_bwd_dq_bf16", Family::BwdDq(Elem::Bf16)),
 ];
 
 /// Number of entry points.
-pub const KERNEL_COUNT: usize = FIXED.len() + 3 * SIMT_HEAD_DIMS.len() + 2 * MMA_CONFIGS.len();
+pub const KERNEL_COUNT: usize =
+    FIXED.len() + 3 * SIMT_HEAD_DIMS.len() + 2 * MMA_CONFIGS.len() + 4 * BWD_CONFIGS.len();
 
 /// The registry: every entry point, its family and its targets. Built at compile time from the
 /// lists above.
@@ -228,6 +283,25 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
                 targets: &Target::ALL,
             };
             n += 1;
+            i += 1;
+        }
+        e += 1;
+    }
+    let mut e = 0;
+    while e < 2 {
+        let mut i = 0;
+        while i < BWD_CONFIGS.len() {
+            out[n] = KernelInfo {
+                name: BWD_KERNELS[e][i],
+                family: Family::BwdMma(ELEMS[e], i),
+                targets: &Target::ALL,
+            };
+            out[n + 1] = KernelInfo {
+                name: BWD_PREP_KERNELS[e][i],
+                family: Family::BwdPrep(ELEMS[e], i),
+                targets: &Target::ALL,
+            };
+            n += 2;
             i += 1;
         }
         e += 1;

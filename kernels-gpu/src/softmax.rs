@@ -197,6 +197,86 @@ pub fn prob_from_lse(score: f32, scale_log2: f32, lse: f32) -> f32 {
     exp2(fma(score, scale_log2, -lse * LOG2_E))
 }
 
+/// The backward pass's per-row statistics, one pass over a row's keys with the recomputed
+/// probabilities `P_j` (from the log-sum-exp) and `dP_j = dO·v_j`:
+///
+/// - `sum = Σ_j P_j`, so that `P_j / sum` sums to 1 exactly in f32 (an f32 log-sum-exp in the
+///   thousands is off by a rounding that is common to the row's `P`: dividing removes it);
+/// - a **pivot**, the `dP` of the most probable key, and `rel = Σ_j P_j·(dP_j − pivot)`: then
+///   `D = Σ_j P_j·dP_j / sum = pivot + rel / sum`, and the backward forms
+///   `dS_j = P_j/sum · ((dP_j − pivot) − rel/sum)`, where the dominant key of a nearly one-hot row
+///   contributes exactly 0 to `rel` and `dP_j − pivot` is exact for it.
+///
+/// Not FlashAttention-2's `D = rowsum(dO ∘ O)`: O rounded to the storage type is off by
+/// `u·|O|`, which costs dQ and dK many times the input-precision baseline's error on nearly
+/// one-hot or uniform rows (`kernels-gpu/NOTES.md`, backward). The CPU backward and the GPU
+/// preprocessing kernel both run this recurrence; on the GPU each lane of a quad keeps its own
+/// `sum` and `rel` for the keys it holds, with the quad's common pivot ([`GradRow::see`] is
+/// linear in them), and the four are added at the end.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GradRow {
+    /// The largest probability seen (the pivot's key), 0 before any.
+    pub best: f32,
+    /// `dP` of that key.
+    pub pivot: f32,
+    /// `Σ P` (of this thread's keys).
+    pub sum: f32,
+    /// `Σ P·(dP − pivot)` (of this thread's keys).
+    pub rel: f32,
+}
+
+impl Default for GradRow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GradRow {
+    /// No key seen.
+    #[inline(always)]
+    pub const fn new() -> GradRow {
+        GradRow { best: 0.0, pivot: 0.0, sum: 0.0, rel: 0.0 }
+    }
+
+    /// A candidate pivot `(p, dp)` (the most probable key of a tile, or any key): if it is more
+    /// probable than the current one it becomes the pivot, and `rel` is re-based onto it:
+    /// `Σ P(dP − new) = Σ P(dP − old) + (old − new)·Σ P`.
+    #[inline(always)]
+    pub fn see(&mut self, p: f32, dp: f32) {
+        if p > self.best {
+            self.rel += (self.pivot - dp) * self.sum;
+            self.best = p;
+            self.pivot = dp;
+        }
+    }
+
+    /// Adds one key (after [`GradRow::see`] has seen it or a more probable one).
+    #[inline(always)]
+    pub fn add(&mut self, p: f32, dp: f32) {
+        self.sum += p;
+        self.rel += p * (dp - self.pivot);
+    }
+
+    /// With `sum` and `rel` complete: `(1/Σ P, rel/Σ P)`, the factor that normalises the row's
+    /// probabilities and `D − pivot`; `(0, 0)` for a row without probabilities (no visible key,
+    /// or every one underflowed), whose gradients are then exactly 0.
+    #[inline(always)]
+    pub fn finish(sum: f32, rel: f32) -> (f32, f32) {
+        if sum > 0.0 {
+            let inv = 1.0 / sum;
+            (inv, rel * inv)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    /// `dS` of one key: `P·((dP − pivot) − d_rel)`, with `p` already normalised.
+    #[inline(always)]
+    pub fn ds(p: f32, dp: f32, pivot: f32, d_rel: f32) -> f32 {
+        p * ((dp - pivot) - d_rel)
+    }
+}
+
 /// Merging split-KV partial results: each split of a row's keys finished on its own, with a
 /// normalised output `o_s` and a log-sum-exp `lse_s`; the row's output is
 /// `Σ_s w_s·o_s / Σ_s w_s` with `w_s = exp(lse_s − max_s lse_s)`, and its log-sum-exp is
@@ -260,6 +340,34 @@ impl SplitMerge {
 
 #[cfg(test)]
 mod tests {
+
+    /// The streaming pivot (re-based whenever a more probable key arrives, in any order and in
+    /// any grouping) gives the same D as choosing the most probable key first.
+    #[test]
+    fn grad_row_streaming_matches_two_passes() {
+        let keys: [(f32, f32); 6] =
+            [(0.05, 3.0), (0.5, -1.0), (0.1, 2.5), (0.3, 0.25), (0.04, -7.0), (0.01, 1.0)];
+        let sum: f32 = keys.iter().map(|k| k.0).sum();
+        let d: f32 = keys.iter().map(|k| k.0 * k.1).sum::<f32>() / sum;
+        for order in [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [1, 0, 3, 2, 5, 4]] {
+            let mut row = GradRow::new();
+            for &i in &order {
+                row.see(keys[i].0, keys[i].1);
+                row.add(keys[i].0, keys[i].1);
+            }
+            assert_eq!((row.best, row.pivot), (0.5, -1.0));
+            let (inv, d_rel) = GradRow::finish(row.sum, row.rel);
+            assert!((inv - 1.0 / sum).abs() < 1e-6);
+            assert!((row.pivot + d_rel - d).abs() < 1e-5, "{order:?}");
+        }
+        // A row with one key: dS = 0 exactly; a row without probabilities: zeros.
+        let mut one = GradRow::new();
+        one.see(1.0, 4.75);
+        one.add(1.0, 4.75);
+        let (inv, d_rel) = GradRow::finish(one.sum, one.rel);
+        assert_eq!(GradRow::ds(inv, 4.75, one.pivot, d_rel), 0.0);
+        assert_eq!(GradRow::finish(0.0, 0.0), (0.0, 0.0));
+    }
     use super::*;
     use std::vec::Vec;
 

@@ -373,3 +373,84 @@ fn windows_are_refused_on_the_gpu_for_now() {
         );
     }
 }
+
+/// The backward's plan: three kernels (preprocessing, main, dQ conversion) with the instance's
+/// tiles and its scratch; every refusal a typed reason; kernels with nothing to do are not
+/// launched.
+#[test]
+fn backward_plans_and_refusals() {
+    use flashattn::kernels::config::{BWD_CONFIGS, bwd_default};
+    use flashattn::plan_backward;
+    for props in devices() {
+        for d in [8, 32, 40, 64, 96, 128] {
+            let (lq, lk) = (Layout::bshd(2, 300, 8, d), Layout::bshd(2, 500, 2, d));
+            let opts = AttentionOptions { causal: true, ..Default::default() };
+            let p = problem(lq, lk, &opts);
+            let layouts = [("d_o", &lq), ("dq", &lq), ("dk", &lk), ("dv", &lk)];
+            let plan = plan_backward(&props, DType::BF16, &p, &opts, layouts).unwrap();
+            let c = BWD_CONFIGS[bwd_default(d as u32).unwrap()];
+            assert_eq!(plan.launches.len(), 3, "{plan}");
+            assert_eq!(plan.launches[0].grid, (300u32.div_ceil(64), 8, 2));
+            assert_eq!(plan.launches[1].grid, (500u32.div_ceil(c.block_n()), 2, 2));
+            assert_eq!(
+                (plan.launches[1].threads, plan.launches[1].shared_bytes),
+                (c.threads(), c.shared_bytes())
+            );
+            assert_eq!(plan.scratch_bytes, 4 * (2 * 8 * 300) * (d as u64 + 3), "{plan}");
+            assert!(
+                matches!(&plan.launches[2].kind, LaunchKind::Kernel(k) if k.starts_with("flash_bwd_dq_bf16"))
+            );
+        }
+    }
+    let h200 = DeviceProps::h200();
+    let l = Layout::bshd(1, 64, 2, 64);
+    let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
+    let refused = |dtype, l: Layout, opts: AttentionOptions| {
+        let lay = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
+        match plan_backward(&h200, dtype, &problem(l, l, &opts), &opts, lay) {
+            Err(InvalidInput::Unsupported { reason, .. }) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    };
+    assert_eq!(refused(DType::F32, l, Default::default()), Reason::DType { dtype: DType::F32 });
+    assert!(matches!(
+        refused(DType::BF16, Layout::bshd(1, 64, 2, 160), Default::default()),
+        Reason::HeadDim { .. }
+    ));
+    for method in [Method::Flash, Method::Standard] {
+        assert_eq!(
+            refused(DType::BF16, l, AttentionOptions { method, ..Default::default() }),
+            Reason::NoBackward
+        );
+    }
+    let window =
+        AttentionOptions { window: flashattn::Window { left: Some(8), right: None }, ..Default::default() };
+    assert_eq!(refused(DType::BF16, l, window), Reason::Window);
+    assert_eq!(
+        refused(DType::BF16, l, AttentionOptions { splits: Some(2), ..Default::default() }),
+        Reason::NoSplitKv
+    );
+    // A misaligned dO (any of the seven tensors) is refused.
+    let odd = Layout { seq_stride: 2 * 64 + 4, ..l };
+    let lay = [("d_o", &odd), ("dq", &l), ("dk", &l), ("dv", &l)];
+    let opts = AttentionOptions::default();
+    assert!(matches!(
+        plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, lay),
+        Err(InvalidInput::Unsupported { reason: Reason::Alignment { tensor: "d_o", .. }, .. })
+    ));
+    // A tile override other than the instance's is refused.
+    let tiles = AttentionOptions { tiles: Tiles { block_m: Some(32), block_n: None }, ..Default::default() };
+    assert!(matches!(
+        plan_backward(&h200, DType::BF16, &problem(l, l, &tiles), &tiles, layouts),
+        Err(InvalidInput::Tiles { .. })
+    ));
+    // Keys but no queries: only the main kernel (dK = dV = 0); queries but no keys: no main kernel.
+    let (q0, k1) = (Layout::bshd(1, 0, 2, 64), Layout::bshd(1, 10, 2, 64));
+    let lay = [("d_o", &q0), ("dq", &q0), ("dk", &k1), ("dv", &k1)];
+    let p = plan_backward(&h200, DType::BF16, &problem(q0, k1, &opts), &opts, lay).unwrap();
+    assert_eq!(p.launches.len(), 1, "{p}");
+    assert!(matches!(&p.launches[0].kind, LaunchKind::Kernel(k) if k.starts_with("flash_bwd_bf16")));
+    let lay = [("d_o", &k1), ("dq", &k1), ("dk", &q0), ("dv", &q0)];
+    let p = plan_backward(&h200, DType::BF16, &problem(k1, q0, &opts), &opts, lay).unwrap();
+    assert_eq!(p.launches.len(), 2, "{p}");
+}

@@ -41,7 +41,7 @@ pub const TESTS: &[(&str, GpuTest)] = &[
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
 
-fn small() -> bool {
+pub fn small() -> bool {
     std::env::var("FLASHATTN_TEST_SMALL").is_ok_and(|v| v == "1")
 }
 
@@ -146,7 +146,7 @@ pub fn run_seed() -> u64 {
 
 /// A property-test runner seeded by [`run_seed`] (mixed with `salt`, so that tests draw
 /// different cases): the runner draws the specs and a seed for each case's inputs.
-fn seeded_runner(salt: u64) -> TestRunner {
+pub fn seeded_runner(salt: u64) -> TestRunner {
     use proptest::test_runner::{RngAlgorithm, TestRng};
     let seed = run_seed() ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut bytes = [0u8; 32];
@@ -164,7 +164,7 @@ pub fn case_rng() -> StdRng {
 }
 
 /// Makes a spec fit the tensor-core kernel: a head dim it has, 16-byte aligned layouts.
-fn for_tensor_cores(spec: &mut Spec, pick: usize) {
+pub fn for_tensor_cores(spec: &mut Spec, pick: usize) {
     // Half the cases at an instantiated head dim, the others at whatever was drawn (padded up
     // inside the kernel).
     if pick.is_multiple_of(2) {
@@ -208,7 +208,7 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
     Ok(())
 }
 
-fn spec(
+pub fn spec(
     sequences: Sequences,
     heads_q: usize,
     heads_k: usize,
@@ -231,7 +231,7 @@ fn spec(
     }
 }
 
-fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
+pub fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
     Sequences::Batch { batch: b, seqlen_q: nq, seqlen_k: nk }
 }
 

@@ -4,6 +4,7 @@
 //! `FLASHATTN_TEST_SMALL=1` shrinks shapes (for compute-sanitizer runs).
 
 mod attention;
+mod backward;
 mod holes;
 mod runtime;
 
@@ -33,8 +34,13 @@ fn main() {
             Err(e.to_string())
         }
     };
-    let tests: Vec<(&'static str, GpuTest)> =
-        runtime::TESTS.iter().chain(attention::TESTS).chain(holes::TESTS).copied().collect();
+    let tests: Vec<(&'static str, GpuTest)> = runtime::TESTS
+        .iter()
+        .chain(attention::TESTS)
+        .chain(backward::TESTS)
+        .chain(holes::TESTS)
+        .copied()
+        .collect();
     let trials = tests
         .into_iter()
         .map(|(name, body)| match &device {

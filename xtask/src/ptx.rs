@@ -111,20 +111,27 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
 /// without them ptxas may use all 255 registers per thread, which limits how many blocks share a
 /// multiprocessor.
 fn add_launch_bounds(ptx: &str) -> Result<String> {
-    use flashattn_kernels::config::{MMA_CONFIGS, MMA_KERNELS};
-    let mut out = ptx.to_string();
+    use flashattn_kernels::config::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, MMA_CONFIGS, MMA_KERNELS};
+    use flashattn_kernels::params::BWD_PREP_THREADS;
+    let mut bounds: Vec<(&str, u32, u32)> = Vec::new();
     for names in MMA_KERNELS {
-        for (config, name) in MMA_CONFIGS.iter().zip(names) {
-            let entry = format!(".entry {name}(");
-            let start = out.find(&entry).ok_or_else(|| format!("kernel {name} is missing from the PTX"))?;
-            let close = out[start..]
-                .find("\n)")
-                .map(|i| start + i + 2)
-                .ok_or_else(|| format!("unterminated {name}"))?;
-            let bounds =
-                format!("\n.maxntid {}, 1, 1\n.minnctapersm {}", config.threads(), config.min_blocks);
-            out.insert_str(close, &bounds);
-        }
+        bounds.extend(MMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
+    }
+    for names in BWD_KERNELS {
+        bounds.extend(BWD_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
+    }
+    // The preprocessing kernels: 4 warps, three blocks per SM (170 registers; they hold two
+    // 16×64 accumulators).
+    for names in BWD_PREP_KERNELS {
+        bounds.extend(names.iter().map(|&n| (n, BWD_PREP_THREADS, 3)));
+    }
+    let mut out = ptx.to_string();
+    for (name, threads, min_blocks) in bounds {
+        let entry = format!(".entry {name}(");
+        let start = out.find(&entry).ok_or_else(|| format!("kernel {name} is missing from the PTX"))?;
+        let close =
+            out[start..].find("\n)").map(|i| start + i + 2).ok_or_else(|| format!("unterminated {name}"))?;
+        out.insert_str(close, &format!("\n.maxntid {threads}, 1, 1\n.minnctapersm {min_blocks}"));
     }
     Ok(out)
 }

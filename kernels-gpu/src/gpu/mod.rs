@@ -4,10 +4,12 @@
 pub mod arch;
 mod combine;
 mod fill;
+mod flash_bwd;
 mod flash_mma;
 mod flash_simt;
 mod sequence;
 mod softmax_rows;
+mod tile;
 
 /// A panic inside a kernel aborts the launch: the host sees `CUDA_ERROR_ILLEGAL_INSTRUCTION`
 /// (trap) as a launch error. The kernels are written so that no panic path is reachable

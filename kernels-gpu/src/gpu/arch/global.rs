@@ -180,3 +180,23 @@ pub unsafe fn load_f32x4(addr: u64) -> [f32; 4] {
     };
     [x, y, z, w]
 }
+
+/// `red.global.add.f32`: adds `x` to the f32 at `addr` atomically (no result returned).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn red_add_f32(addr: u64, x: f32) {
+    // SAFETY: caller's contract.
+    unsafe { asm!("red.global.add.f32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
+}
+
+/// `st.global.b32`: one 32-bit word (two packed 16-bit elements).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_u32(addr: u64, x: u32) {
+    // SAFETY: caller's contract.
+    unsafe { asm!("st.global.b32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
+}

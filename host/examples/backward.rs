@@ -1,0 +1,101 @@
+//! Times the GPU backward pass beside the forward on the headline shapes (a first look; the
+//! sweeps with PyTorch beside them are `cargo xtask bench run --pass fwd,bwd`).
+//!
+//! ```text
+//! cargo run --release --example backward -- [f16|bf16]
+//! ```
+//! bf16 by default; B·N = 16384, H·d = 2048, d ∈ {64, 128}, causal and not, N = 1024…16384.
+//! TFLOP/s count the backward as 2.5× the forward's FLOPs (FlashAttention's convention).
+
+use flashattn::{AttentionOptions, Device, DeviceGradients, Element, GpuTimer, Layout, Problem, bf16, f16};
+use rand::Rng;
+
+fn time_ms(
+    dev: &Device,
+    reps: usize,
+    mut f: impl FnMut() -> flashattn::Result<()>,
+) -> flashattn::Result<(f32, f32)> {
+    for _ in 0..3 {
+        f()?;
+    }
+    let timer = GpuTimer::new(dev)?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        timer.start(dev)?;
+        f()?;
+        timer.stop(dev)?;
+        times.push(timer.elapsed_ms()?);
+    }
+    times.sort_by(f32::total_cmp);
+    Ok((times[reps / 2], times[reps - 1] - times[0]))
+}
+
+fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
+    println!("{} {}", T::DTYPE, dev.props());
+    println!(
+        "{:>4} {:>6} {:>4} {:>4} {:>6} | {:>9} {:>7} | {:>9} {:>7} {:>8} | {:>10}",
+        "B", "N", "H", "d", "causal", "fwd ms", "TF/s", "bwd ms", "TF/s", "spread", "extra MiB"
+    );
+    let mut rng = rand::rng();
+    for d in [64, 128] {
+        for causal in [false, true] {
+            for n in [1024, 2048, 4096, 8192, 16384] {
+                let (b, h) = (16384 / n, 2048 / d);
+                let l = Layout::bshd(b, n, h, d);
+                let len = l.required_len().unwrap_or(0);
+                let mut host = |_: ()| -> Vec<T> {
+                    (0..len).map(|_| T::from_f32(rng.random_range(-1.0..1.0))).collect()
+                };
+                let (q, k, v, d_o) = (
+                    dev.upload(&host(()))?,
+                    dev.upload(&host(()))?,
+                    dev.upload(&host(()))?,
+                    dev.upload(&host(()))?,
+                );
+                let (mut out, mut dq, mut dk, mut dv) =
+                    (dev.alloc::<T>(len)?, dev.alloc::<T>(len)?, dev.alloc::<T>(len)?, dev.alloc::<T>(len)?);
+                let opts = AttentionOptions { causal, ..Default::default() };
+                let problem = Problem::new(l, l, l, l, [len; 4], &opts)?;
+                let mut lse = dev.alloc::<f32>(problem.lse_len())?;
+                let (fwd, _) = time_ms(dev, 20, || {
+                    dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), Some(&mut lse), &opts)
+                        .map(|_| ())
+                })?;
+                let mut extra = 0;
+                let (bwd, spread) = time_ms(dev, 20, || {
+                    let grads =
+                        DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
+                    let plan = dev.attention_backward(
+                        q.view(l),
+                        k.view(l),
+                        v.view(l),
+                        out.view(l),
+                        &lse,
+                        d_o.view(l),
+                        grads,
+                        &opts,
+                    )?;
+                    extra = plan.scratch_bytes;
+                    Ok(())
+                })?;
+                let tf = |flops: f64, ms: f32| flops / (ms as f64 * 1e-3) / 1e12;
+                println!(
+                    "{b:>4} {n:>6} {h:>4} {d:>4} {:>6} | {fwd:>9.3} {:>7.1} | {bwd:>9.3} {:>7.1} {spread:>8.3} | {:>10.1}",
+                    causal as u8,
+                    tf(problem.flops(), fwd),
+                    tf(2.5 * problem.flops(), bwd),
+                    extra as f64 / (1 << 20) as f64
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dev = Device::new(0)?;
+    match std::env::args().nth(1).as_deref() {
+        Some("f16") => run::<f16>(&dev),
+        _ => run::<bf16>(&dev),
+    }
+}

@@ -1,0 +1,137 @@
+//! The GPU backward pass: [`Device::attention_backward`].
+
+use flashattn_kernels::params::BwdParams;
+
+use crate::attention::{DeviceTensor, DeviceTensorMut, Io, attn_params, strides};
+use crate::buffer::{DeviceBuffer, Element};
+use crate::device::{Device, LaunchShape};
+use crate::error::Result;
+use crate::plan::Plan;
+use crate::problem::{AttentionOptions, Problem};
+
+/// The gradients a backward call writes, each laid out like its input (any strides that do not
+/// overlap).
+#[derive(Debug)]
+pub struct DeviceGradients<'a, T> {
+    /// ∂L/∂Q, the shape of Q.
+    pub dq: DeviceTensorMut<'a, T>,
+    /// ∂L/∂K, the shape of K.
+    pub dk: DeviceTensorMut<'a, T>,
+    /// ∂L/∂V, the shape of V.
+    pub dv: DeviceTensorMut<'a, T>,
+}
+
+impl Device {
+    /// The backward pass of attention on the GPU: from Q, K, V, the forward's output O and
+    /// log-sum-exp (`lse`, as [`Device::attention`] writes it), and the upstream gradient dO
+    /// (laid out like O, any strides), writes dQ, dK and dV.
+    ///
+    /// Every feature of the forward except sliding windows and split-KV: causal (bottom-right),
+    /// varlen with empty sequences, grouped-query attention (dK and dV summed over the query heads
+    /// of each K/V head), `Nq ≠ Nk`, any strides with 16-byte rows, f16 and bf16, head dims that
+    /// are multiples of 8 up to 128. `opts` must be the forward's. Rows that see no key get zero
+    /// gradients; keys no query sees get zero dK and dV.
+    ///
+    /// FlashAttention-2's algorithm (`kernels-gpu/src/gpu/flash_bwd.rs`), except that
+    /// `D = Σ_j P_j·dP_j` comes from a first pass over the keys rather than from
+    /// `rowsum(dO ∘ O)` (see [`flashattn_kernels::softmax::GradRow`]); `o` is validated but its
+    /// values are not read. dQ accumulates in f32 with atomic adds, so its last bits may differ
+    /// from run to run. Extra device memory: `4·(d + 3)` bytes per query row and head
+    /// ([`Plan::scratch_bytes`]). Everything is checked before any work; on error nothing is
+    /// written. The work is queued on the device's stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward<T: Element>(
+        &self,
+        q: DeviceTensor<'_, T>,
+        k: DeviceTensor<'_, T>,
+        v: DeviceTensor<'_, T>,
+        o: DeviceTensor<'_, T>,
+        lse: &DeviceBuffer<f32>,
+        d_o: DeviceTensor<'_, T>,
+        grads: DeviceGradients<'_, T>,
+        opts: &AttentionOptions,
+    ) -> Result<Plan> {
+        for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf), ("o", o.buf), ("d_o", d_o.buf)] {
+            self.owns(what, buf)?;
+        }
+        self.owns("lse", lse)?;
+        let DeviceGradients { dq, dk, dv } = grads;
+        for (what, buf) in [("dq", &*dq.buf), ("dk", &*dk.buf), ("dv", &*dv.buf)] {
+            self.owns(what, buf)?;
+        }
+        let problem = Problem::new(
+            q.layout,
+            k.layout,
+            v.layout,
+            o.layout,
+            [q.buf.len(), k.buf.len(), v.buf.len(), o.buf.len()],
+            opts,
+        )?;
+        problem.check_lse_len(Some(lse.len()))?;
+        problem.check_backward(
+            (&d_o.layout, d_o.buf.len()),
+            [
+                ("dq", &dq.layout, dq.buf.len()),
+                ("dk", &dk.layout, dk.buf.len()),
+                ("dv", &dv.layout, dv.buf.len()),
+            ],
+        )?;
+        let layouts = [("d_o", &d_o.layout), ("dq", &dq.layout), ("dk", &dk.layout), ("dv", &dv.layout)];
+        let plan = crate::plan::plan_backward(self.props(), T::DTYPE, &problem, opts, layouts)?;
+        if plan.launches.is_empty() {
+            return Ok(plan);
+        }
+        let offsets = match problem.varlen() {
+            Some(vl) => Some((self.upload_u32(&vl.cu_seqlens_q)?, self.upload_u32(&vl.cu_seqlens_k)?)),
+            None => None,
+        };
+        let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
+        // The kernels read dO where the forward's parameters hold O.
+        let io = Io {
+            q: q.buf.device_address(),
+            k: k.buf.device_address(),
+            v: v.buf.device_address(),
+            o: d_o.buf.device_address(),
+            lse: lse.device_address(),
+        };
+        let mut attn = attn_params(&problem, io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
+        attn.o_strides = strides(&d_o.layout);
+        let rows = problem.lse_len() as u64;
+        attn.partial_rows = rows;
+        let acc_bytes = 4 * rows * problem.head_dim() as u64;
+        let scratch =
+            self.alloc_scratch(crate::plan::backward_scratch_bytes(&problem), plan.scratch_bytes, || {
+                format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")
+            })?;
+        let params = BwdParams {
+            attn,
+            dq: dq.buf.device_address(),
+            dk: dk.buf.device_address(),
+            dv: dv.buf.device_address(),
+            dq_strides: strides(&dq.layout),
+            dk_strides: strides(&dk.layout),
+            dv_strides: strides(&dv.layout),
+            // The accumulator first: its rows (d = 8k floats) stay 16-byte aligned.
+            dq_acc: scratch.device_address(),
+            stats: scratch.device_address() + acc_bytes,
+            scale: problem.scale(),
+            _pad: 0,
+        };
+        for launch in &plan.launches {
+            let Some(kernel) = launch.kernel else { continue };
+            let shape = LaunchShape {
+                grid: launch.grid,
+                block: (launch.threads, 1, 1),
+                shared_bytes: launch.shared_bytes,
+            };
+            // SAFETY: `params` is the backward kernels' parameter struct, built from validated
+            // layouts whose buffers hold every addressed element, with scratch sized for the
+            // problem's log-sum-exp rows. The scratch and offset buffers are freed in stream
+            // order, after the kernels.
+            unsafe { self.launch(kernel, shape, &params) }?;
+        }
+        drop(scratch);
+        drop(offsets);
+        Ok(plan)
+    }
+}

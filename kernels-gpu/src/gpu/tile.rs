@@ -1,0 +1,155 @@
+//! Shared-memory tiles of the tensor-core kernels (forward and backward): the swizzled layout,
+//! the `ldmatrix` lane addresses into it, and the `cp.async` copy of a head's rows into it.
+
+use super::arch::cp_async;
+use super::arch::thread::thread_x_opaque;
+use super::sequence::SeqView;
+use crate::params::AttnParams;
+
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
+#[inline(always)]
+pub(super) fn swizzle(row: u32, chunk: u32, chunks: u32) -> u32 {
+    16 * (row * chunks + (chunk ^ (row % 8)))
+}
+
+/// Where this lane's `ldmatrix` row addresses fall in a swizzled tile, for one operand.
+///
+/// A lane reads row `16·slab + row` and chunk `2·pair + chunk` (pair = which 16 columns). As
+/// `row % 8` is the same for every slab and the XOR touches only the low 3 bits of the chunk, the
+/// address is `tile + row·16·chunks + 256·chunks·slab + 128·(pair / 4) + swz[pair % 4]`: four
+/// lane-dependent values and compile-time offsets. Keeping it in this form (rather than one
+/// precomputed address per fragment, which the compiler would hoist out of the key loop and keep
+/// in dozens of registers) is what keeps the kernels free of spills.
+#[derive(Clone, Copy)]
+pub(super) struct FragRows {
+    row_bytes: u32,
+    swz: [u32; 4],
+}
+
+impl FragRows {
+    #[inline(always)]
+    pub(super) fn new(row: u32, chunk: u32, chunks: u32) -> FragRows {
+        let mut swz = [0; 4];
+        for (b, s) in swz.iter_mut().enumerate() {
+            *s = 16 * ((2 * b as u32 + chunk) ^ (row % 8));
+        }
+        FragRows { row_bytes: 16 * chunks * row, swz }
+    }
+
+    /// Address of 16-row slab `slab`, 16-column pair `pair`, in the tile at `tile`.
+    #[inline(always)]
+    pub(super) fn at(&self, tile: u32, slab: usize, pair: usize, chunks: u32) -> u32 {
+        tile + self.row_bytes + self.swz[pair % 4] + 256 * chunks * slab as u32 + 128 * (pair / 4) as u32
+    }
+}
+
+/// One head's rows of a 16-bit tensor, as a block's sequence sees them: the tensor, its
+/// strides, where the sequence's tokens start in it, the head, how many rows (tokens) the
+/// sequence has, and how many elements of a row are real (the head dim). Built at each use from
+/// the launch parameters (which stay in the parameter bank, not in registers).
+#[derive(Clone, Copy)]
+pub(super) struct HeadRows<'a> {
+    src: u64,
+    seq: &'a SeqView,
+    strides: &'a [u64; 3],
+    start: u64,
+    head: u32,
+    len: u32,
+    dim: u32,
+}
+
+impl<'a> HeadRows<'a> {
+    /// Head `head` of Q (or O's rows: the same tokens).
+    #[inline(always)]
+    pub(super) fn queries(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.q,
+            seq,
+            strides: &p.q_strides,
+            start: seq.q_start,
+            head,
+            len: seq.len_q,
+            dim: p.head_dim,
+        }
+    }
+
+    /// Key/value head `head` of K.
+    #[inline(always)]
+    pub(super) fn keys(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.k,
+            seq,
+            strides: &p.k_strides,
+            start: seq.k_start,
+            head,
+            len: seq.len_k,
+            dim: p.head_dim,
+        }
+    }
+
+    /// Head `head` of the tensor the parameters call O, from the query tokens: the forward's
+    /// output, or the backward's upstream gradient dO (which the backward passes there).
+    #[inline(always)]
+    pub(super) fn outputs(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.o,
+            seq,
+            strides: &p.o_strides,
+            start: seq.q_start,
+            head,
+            len: seq.len_q,
+            dim: p.head_dim,
+        }
+    }
+
+    /// Key/value head `head` of V.
+    #[inline(always)]
+    pub(super) fn values(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        HeadRows {
+            src: p.v,
+            seq,
+            strides: &p.v_strides,
+            start: seq.k_start,
+            head,
+            len: seq.len_k,
+            dim: p.head_dim,
+        }
+    }
+}
+
+/// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
+/// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. With `PAD`, so are
+/// the columns at or past the head dim `d` (a multiple of 8), which are never read; without it
+/// the tile row is the head dim. Every thread of the block takes part, with
+/// a compile-time number of copies: thread `tid` always copies chunk `tid % chunks` of rows
+/// `tid / chunks + k·(THREADS / chunks)`, so its source address is one 64-bit base plus a fixed
+/// step per copy.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: bool>(
+    tile: u32,
+    rows: HeadRows<'_>,
+    row0: u32,
+) {
+    let HeadRows { src, seq, strides, start, head: h, len, dim: d } = rows;
+    let chunks = PD / 8;
+    let rows_per_pass = THREADS / chunks;
+    const { assert!(THREADS % (PD / 8) == 0 && ROWS % (THREADS / (PD / 8)) == 0) };
+    // An opaque read: the per-thread addresses are recomputed at each call (a few integer
+    // operations) rather than hoisted out of the key loop into registers.
+    let tid = thread_x_opaque() as usize;
+    let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
+    // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (padded instances run
+    // head dims that are multiples of 8, so no chunk is partial).
+    let bytes = if !PAD || c < d / 8 { 16 } else { 0 };
+    let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
+    let step = 2 * strides[1] * rows_per_pass as u64;
+    for k in 0..ROWS / rows_per_pass {
+        let r = r0 + (k * rows_per_pass) as u32;
+        let n = if row0 + r < len { bytes } else { 0 };
+        let addr = if n > 0 { base + k as u64 * step } else { src };
+        // SAFETY: inside the tile; the `n` source bytes (0 or 16) are in the tensor (host
+        // validation and alignment checks), or nothing is read.
+        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+    }
+}

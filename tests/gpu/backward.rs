@@ -1,0 +1,266 @@
+//! The GPU backward pass (`Device::attention_backward`) against the f64 gradient oracle under
+//! FlashAttention's gradient rule ([`flashattn_testkit::grad::check_gradients`]): the forward
+//! runs on the GPU (its O and log-sum-exp feed the backward), dO is fresh random, dQ/dK/dV are
+//! poisoned with NaN before the launch, every addressed element is checked, every element no
+//! layout addresses must still be NaN, and rows that see no key must have dQ exactly 0.
+
+use flashattn::{
+    AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, InvalidInput, Method,
+    Reason, bf16, f16,
+};
+use flashattn_testkit::grad::{
+    attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
+};
+use flashattn_testkit::oracle::widen;
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values};
+use proptest::test_runner::TestCaseError;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::GpuTest;
+use crate::attention::{batch, case_rng, for_tensor_cores, run_seed, seeded_runner, small, spec};
+
+pub const TESTS: &[(&str, GpuTest)] = &[
+    ("backward::shapes_f16", shapes::<f16>),
+    ("backward::shapes_bf16", shapes::<bf16>),
+    ("backward::random_f16", random::<f16>),
+    ("backward::random_bf16", random::<bf16>),
+    ("backward::refusals_write_nothing", refusals),
+];
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+/// The head dims the backward runs (multiples of 8 up to its largest instance).
+fn max_head_dim() -> usize {
+    flashattn::kernels::config::BWD_CONFIGS.iter().map(|c| c.head_dim as usize).max().unwrap_or(0)
+}
+
+/// Forward and backward of `case` on the GPU; checks the rule, zero dQ on rows without keys,
+/// NaN left where no gradient layout points. `Ok(None)` when the backward refuses the case as
+/// unsupported; otherwise the worst rule ratio.
+fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<Option<f64>, String> {
+    let p = &case.problem;
+    let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let q = dev.upload(&case.q).map_err(e2s)?;
+    let k = dev.upload(&case.k).map_err(e2s)?;
+    let v = dev.upload(&case.v).map_err(e2s)?;
+    let mut out: DeviceBuffer<T> = dev.alloc(case.out_len()).map_err(e2s)?;
+    let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
+    dev.fill_nan(&mut out).map_err(e2s)?;
+    dev.attention(
+        q.view(*p.q()),
+        k.view(*p.k()),
+        v.view(*p.v()),
+        out.view_mut(*p.o()),
+        Some(&mut lse),
+        &opts,
+    )
+    .map_err(|e| format!("forward: {e}\n{case}"))?;
+    // dO: random where O is addressed, NaN elsewhere (a kernel that reads past the layout
+    // poisons its gradients).
+    let mut d_o_host: Vec<T> = vec![T::from_f32(f32::NAN); case.out_len()];
+    flashattn_testkit::case::for_each_output(p, |_, i| {
+        d_o_host[i] = T::from_f32(rng.random_range(-1.0..1.0))
+    });
+    let d_o = dev.upload(&d_o_host).map_err(e2s)?;
+    let (mut dq, mut dk, mut dv): (DeviceBuffer<T>, DeviceBuffer<T>, DeviceBuffer<T>) = (
+        dev.alloc(case.q.len()).map_err(e2s)?,
+        dev.alloc(case.k.len()).map_err(e2s)?,
+        dev.alloc(case.v.len()).map_err(e2s)?,
+    );
+    for b in [&mut dq, &mut dk, &mut dv] {
+        dev.fill_nan(b).map_err(e2s)?;
+    }
+    let r = dev.attention_backward(
+        q.view(*p.q()),
+        k.view(*p.k()),
+        v.view(*p.v()),
+        out.view(*p.o()),
+        &lse,
+        d_o.view(*p.o()),
+        DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
+        &opts,
+    );
+    match r {
+        Ok(_) => {}
+        Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => return Ok(None),
+        Err(e) => return Err(format!("backward: {e}\n{case}")),
+    }
+    dev.synchronize().map_err(e2s)?;
+    let got =
+        [dev.download(&dq).map_err(e2s)?, dev.download(&dk).map_err(e2s)?, dev.download(&dv).map_err(e2s)?];
+    let reference =
+        attention_backward_f64(p, &widen(&case.q), &widen(&case.k), &widen(&case.v), &widen(&d_o_host));
+    let baseline = baseline_backward(p, &case.q, &case.k, &case.v, &d_o_host);
+    let worst = check_gradients(p, [&got[0], &got[1], &got[2]], &reference, &baseline)
+        .map_err(|e| format!("{e}\n{case}"))?;
+    // Rows that see no key: dQ exactly 0.
+    let mut bad = None;
+    flashattn_testkit::case::for_each_row(p, |c, row| {
+        if case.reference.row_keys[row] == 0 && bad.is_none() {
+            let o = p.q().offset(c.b, c.s, c.h);
+            if got[0][o..o + p.head_dim()].iter().any(|x| x.to_f32() != 0.0) {
+                bad = Some(format!("row {row} sees no key but its dq is not 0\n{case}"));
+            }
+        }
+    });
+    if let Some(b) = bad {
+        return Err(b);
+    }
+    // Everything no gradient layout addresses is still NaN.
+    let mut addressed = [vec![false; got[0].len()], vec![false; got[1].len()], vec![false; got[2].len()]];
+    for_each_gradient(p, |t, i| addressed[t][i] = true);
+    for (t, (g, a)) in got.iter().zip(&addressed).enumerate() {
+        if let Some(i) = (0..g.len()).find(|&i| !a[i] && !g[i].to_f32().is_nan()) {
+            return Err(format!(
+                "{} [{i}] is written but no layout addresses it\n{case}",
+                ["dq", "dk", "dv"][t]
+            ));
+        }
+    }
+    Ok(Some(worst))
+}
+
+/// Named shapes at the edges: lengths that divide no tile, Nq ≠ Nk both ways with causal
+/// masks (rows without keys), decode, GQA and MQA, varlen with empty sequences, both memory
+/// orders and 16-byte-aligned gaps, logits in the thousands; every backward head dim and odd ones.
+fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    let mut specs = Vec::new();
+    let dims: Vec<usize> = [8, 32, 40, 64, 96, 128].into_iter().filter(|&d| d <= max_head_dim()).collect();
+    for &d in &dims {
+        for causal in [false, true] {
+            specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, Bshd));
+            specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, Bhsd));
+            specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, Aligned));
+            specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, Bshd));
+            specs.push(spec(
+                Sequences::VarLen {
+                    q_lens: vec![65, 0, 129, 1, 200],
+                    k_lens: vec![70, 3, 0, 64, 200],
+                    spare_q: 1,
+                    spare_k: 2,
+                },
+                2,
+                2,
+                d,
+                causal,
+                Bshd,
+            ));
+        }
+        let mut s = spec(batch(1, 200, 200), 2, 1, d, true, Bshd);
+        s.values = Values::LargeLogits;
+        specs.push(s);
+    }
+    if !small() {
+        specs.push(spec(batch(1, 1025, 1025), 2, 2, 128, true, Bhsd));
+        specs.push(spec(batch(2, 513, 1000), 8, 2, 64, false, Bshd));
+    }
+    let mut worst = 0.0f64;
+    for (i, s) in specs.iter().enumerate() {
+        let case = Case::<T>::random(&mut case_rng(), s);
+        match run_backward(dev, &case, run_seed() ^ i as u64)? {
+            Some(w) => worst = worst.max(w),
+            None => return Err(format!("the backward refused a case it should run:\n{case}")),
+        }
+    }
+    eprintln!("backward shapes {}: worst rule ratio {worst:.3}", T::DTYPE);
+    Ok(())
+}
+
+/// Random cases (the CPU suite's strategy, made to fit the tensor cores).
+fn random<T: Element>(dev: &Device) -> Result<(), String> {
+    let strategy = (spec_with(DEFAULT_MAX_WORK / 4), 0..6usize, proptest::num::u64::ANY);
+    let mut runner = seeded_runner(100 + T::DTYPE as u64);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
+        spec.tiles = Default::default();
+        spec.splits = None;
+        spec.window = Default::default();
+        for_tensor_cores(&mut spec, pick);
+        spec.head_dim = spec.head_dim.min(max_head_dim());
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run_backward(dev, &case, input_seed ^ 1).map_err(TestCaseError::fail)?.is_some() {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} backward: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
+    if ran.into_inner() == 0 {
+        return Err("the backward ran none of the cases".into());
+    }
+    Ok(())
+}
+
+/// What the backward cannot run is a typed error, and nothing is written.
+fn refusals(dev: &Device) -> Result<(), String> {
+    let try_case = |s: &Spec, method: Method| -> Result<Reason, String> {
+        let case = Case::<bf16>::random(&mut case_rng(), s);
+        let p = &case.problem;
+        let opts = AttentionOptions { method, ..case.opts.clone() };
+        let up = |x: &[bf16]| dev.upload(x).map_err(e2s);
+        let (q, k, v) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
+        let o = up(&vec![bf16::ZERO; case.out_len()])?;
+        let d_o = up(&vec![bf16::ONE; case.out_len()])?;
+        let lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
+        let (mut dq, mut dk, mut dv) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
+        for b in [&mut dq, &mut dk, &mut dv] {
+            dev.fill_nan(b).map_err(e2s)?;
+        }
+        let r = dev.attention_backward(
+            q.view(*p.q()),
+            k.view(*p.k()),
+            v.view(*p.v()),
+            o.view(*p.o()),
+            &lse,
+            d_o.view(*p.o()),
+            DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
+            &opts,
+        );
+        dev.synchronize().map_err(e2s)?;
+        for b in [&dq, &dk, &dv] {
+            if dev.download(b).map_err(e2s)?.iter().any(|x| !x.to_f32().is_nan()) {
+                return Err(format!("a refused backward wrote its outputs\n{case}"));
+            }
+        }
+        match r {
+            Err(Error::InvalidInput(InvalidInput::Unsupported { reason, .. })) => Ok(reason),
+            other => Err(format!("expected a refusal, got {other:?}")),
+        }
+    };
+    let base = spec(batch(1, 40, 40), 2, 2, 64, false, LayoutKind::Bshd);
+    let mut wide = base.clone();
+    wide.head_dim = max_head_dim() + 32;
+    if !matches!(try_case(&wide, Method::Auto)?, Reason::HeadDim { .. }) {
+        return Err("a head dim above the backward's instances must be Reason::HeadDim".into());
+    }
+    let mut window = base.clone();
+    window.window = flashattn::Window { left: Some(4), right: None };
+    if try_case(&window, Method::Auto)? != Reason::Window {
+        return Err("a window must be Reason::Window".into());
+    }
+    for m in [Method::Flash, Method::Standard] {
+        if try_case(&base, m)? != Reason::NoBackward {
+            return Err(format!("{m} must be Reason::NoBackward"));
+        }
+    }
+    // f32 has no tensor-core backward.
+    let p = Case::<f32>::random(&mut case_rng(), &base).problem;
+    let layouts = [("d_o", p.o()), ("dq", p.q()), ("dk", p.k()), ("dv", p.v())];
+    match flashattn::plan_backward(dev.props(), DType::F32, &p, &AttentionOptions::default(), layouts) {
+        Err(InvalidInput::Unsupported { reason: Reason::DType { .. }, .. }) => {}
+        other => return Err(format!("f32 backward: expected Reason::DType, got {other:?}")),
+    }
+    // The f16 plan names f16 kernels.
+    let f16_plan =
+        flashattn::plan_backward(dev.props(), DType::F16, &p, &AttentionOptions::default(), layouts)
+            .map_err(|e| e.to_string())?;
+    if f16_plan.launches.iter().any(|l| format!("{:?}", l.kind).contains("bf16")) {
+        return Err(format!("the f16 plan launches bf16 kernels: {f16_plan}"));
+    }
+    Ok(())
+}
