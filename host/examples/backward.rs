@@ -33,8 +33,20 @@ fn time_ms(
 fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
     println!("{} {}", T::DTYPE, dev.props());
     println!(
-        "{:>4} {:>6} {:>4} {:>4} {:>6} | {:>9} {:>7} | {:>9} {:>7} {:>8} | {:>10}",
-        "B", "N", "H", "d", "causal", "fwd ms", "TF/s", "bwd ms", "TF/s", "spread", "extra MiB"
+        "{:>4} {:>6} {:>4} {:>4} {:>6} | {:>9} {:>7} | {:>9} {:>7} {:>8} | {:>10} | {:>9} {:>7}",
+        "B",
+        "N",
+        "H",
+        "d",
+        "causal",
+        "fwd ms",
+        "TF/s",
+        "bwd ms",
+        "TF/s",
+        "spread",
+        "extra MiB",
+        "det ms",
+        "TF/s"
     );
     let mut rng = rand::rng();
     for d in [64, 128] {
@@ -78,13 +90,31 @@ fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
                     extra = plan.scratch_bytes;
                     Ok(())
                 })?;
+                // The deterministic mode (key tiles add to dQ in a fixed order).
+                let det_opts = AttentionOptions { deterministic: true, ..opts.clone() };
+                let (det, _) = time_ms(dev, 20, || {
+                    let grads =
+                        DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
+                    dev.attention_backward(
+                        q.view(l),
+                        k.view(l),
+                        v.view(l),
+                        out.view(l),
+                        &lse,
+                        d_o.view(l),
+                        grads,
+                        &det_opts,
+                    )
+                    .map(|_| ())
+                })?;
                 let tf = |flops: f64, ms: f32| flops / (ms as f64 * 1e-3) / 1e12;
                 println!(
-                    "{b:>4} {n:>6} {h:>4} {d:>4} {:>6} | {fwd:>9.3} {:>7.1} | {bwd:>9.3} {:>7.1} {spread:>8.3} | {:>10.1}",
+                    "{b:>4} {n:>6} {h:>4} {d:>4} {:>6} | {fwd:>9.3} {:>7.1} | {bwd:>9.3} {:>7.1} {spread:>8.3} | {:>10.1} | {det:>9.3} {:>7.1}",
                     causal as u8,
                     tf(problem.flops(), fwd),
                     tf(2.5 * problem.flops(), bwd),
-                    extra as f64 / (1 << 20) as f64
+                    extra as f64 / (1 << 20) as f64,
+                    tf(2.5 * problem.flops(), det)
                 );
             }
         }

@@ -36,8 +36,9 @@ impl Device {
     /// `D = Σ_j P_j·dP_j` comes from a first pass over the keys rather than from
     /// `rowsum(dO ∘ O)` (see [`flashattn_kernels::softmax::GradRow`]); `o` is validated but its
     /// values are not read. dQ accumulates in f32 with atomic adds, so its last bits may differ
-    /// from run to run. Extra device memory: `4·(d + 3)` bytes per query row and head
-    /// ([`Plan::scratch_bytes`]). Everything is checked before any work; on error nothing is
+    /// from run to run, unless `opts.deterministic` fixes their order (bit-identical results, at
+    /// a cost in time). Extra device memory: `4·(d + 3)` bytes per query row and head
+    /// ([`Plan::scratch_bytes`]), and 4 bytes per 64-row query tile in deterministic mode. Everything is checked before any work; on error nothing is
     /// written. The work is queued on the device's stream.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward<T: Element>(
@@ -99,10 +100,11 @@ impl Device {
         let rows = problem.lse_len() as u64;
         attn.partial_rows = rows;
         let acc_bytes = 4 * rows * problem.head_dim() as u64;
-        let scratch =
-            self.alloc_scratch(crate::plan::backward_scratch_bytes(&problem), plan.scratch_bytes, || {
-                format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")
-            })?;
+        let scratch_bytes = crate::plan::backward_scratch_bytes(&problem, opts.deterministic);
+        let scratch = self.alloc_scratch(scratch_bytes, plan.scratch_bytes, || {
+            format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")
+        })?;
+        let q_tiles = problem.max_lens().0.div_ceil(flashattn_kernels::params::BWD_BLOCK_M as usize) as u32;
         let params = BwdParams {
             attn,
             dq: dq.buf.device_address(),
@@ -115,7 +117,9 @@ impl Device {
             dq_acc: scratch.device_address(),
             stats: scratch.device_address() + acc_bytes,
             scale: problem.scale(),
-            _pad: 0,
+            q_tiles,
+            // After the accumulator and the three statistics arrays (4-byte aligned).
+            locks: if opts.deterministic { scratch.device_address() + acc_bytes + 12 * rows } else { 0 },
         };
         for launch in &plan.launches {
             let Some(kernel) = launch.kernel else { continue };

@@ -1004,14 +1004,22 @@ pub fn plan_backward(
     .collect();
     let why = vec![format!(
         "backward: FlashAttention-2's algorithm on tensor cores, instance d{} ({} warps, {} keys a block, \
-         {} queries a step); dQ accumulates in f32 with atomics (not bit-reproducible)",
-        config.head_dim, config.warps, tiles.1, tiles.0
+         {} queries a step); dQ accumulates in f32 with atomics, {}",
+        config.head_dim,
+        config.warps,
+        tiles.1,
+        tiles.0,
+        if opts.deterministic {
+            "the key tiles taking turns per query tile (deterministic)"
+        } else {
+            "in any order (the last bits of dQ may differ from run to run; `deterministic: true` fixes the order)"
+        }
     )];
     let mut plan = Plan {
         method,
         launches,
         tiles: Some((tiles.0 as usize, tiles.1 as usize)),
-        scratch_bytes: offsets_bytes(problem) + backward_scratch_bytes(problem),
+        scratch_bytes: offsets_bytes(problem) + backward_scratch_bytes(problem, opts.deterministic),
         not_taken: Vec::new(),
         splits: 1,
         gqa_packed: false,
@@ -1023,8 +1031,16 @@ pub fn plan_backward(
     Ok(plan)
 }
 
-/// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row)
-/// and three f32 statistics per row.
-pub(crate) fn backward_scratch_bytes(problem: &Problem) -> u64 {
-    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 3)
+/// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row),
+/// three f32 statistics per row, and in deterministic mode a u32 turn counter per query tile
+/// ([`backward_locks`]).
+pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> u64 {
+    let locks = if deterministic { 4 * backward_locks(problem) } else { 0 };
+    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 3) + locks
+}
+
+/// Turn counters of the deterministic backward: one per (sequence, query head, query tile of
+/// the longest sequence), the preprocessing kernel's grid.
+pub(crate) fn backward_locks(problem: &Problem) -> u64 {
+    (problem.batch() * problem.q().heads * problem.max_lens().0.div_ceil(BWD_BLOCK_M as usize)) as u64
 }

@@ -265,6 +265,12 @@ pub struct AttentionOptions {
     /// keys (`Some(1)`: no split). `None` lets the planner choose from the SM count and the
     /// shape ([`crate::Plan::splits`] says what it chose). At most [`MAX_SPLITS`].
     pub splits: Option<usize>,
+    /// The backward pass only: bit-identical dQ, dK and dV from run to run. The key tiles add
+    /// their dQ contributions to each query tile in a fixed order (each waits for the previous
+    /// one's turn) instead of in whatever order atomic adds land; it costs time
+    /// (`kernels-gpu/NOTES.md`, backward). dK and dV are reproducible either way, and the
+    /// forward always is.
+    pub deterministic: bool,
 }
 
 /// The most key splits one query tile may have (split-KV; the combine kernel's limit).

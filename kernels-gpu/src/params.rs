@@ -123,8 +123,13 @@ pub struct BwdParams {
     pub stats: u64,
     /// The softmax scale (natural units): dQ and dK are `scale·dS·K` and `scale·dSᵀ·Q`.
     pub scale: f32,
-    /// Padding to a multiple of 8 bytes; must be 0.
-    pub _pad: u32,
+    /// Query tiles ([`BWD_BLOCK_M`] rows) of the longest sequence: the stride of `locks`.
+    pub q_tiles: u32,
+    /// Deterministic mode: one u32 turn counter per (sequence, query head, query tile), at
+    /// `(z·heads_q + h)·q_tiles + tile`, zeroed by the preprocessing kernel; the main kernel's
+    /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then
+    /// sets it to `j + 1`. 0: atomic adds in any order.
+    pub locks: u64,
 }
 
 /// Query rows per block of the backward's preprocessing and dQ-conversion kernels (4 warps of

@@ -27,6 +27,7 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("backward::random_f16", random::<f16>),
     ("backward::random_bf16", random::<bf16>),
     ("backward::refusals_write_nothing", refusals),
+    ("backward::deterministic_bit_identical", deterministic),
 ];
 
 fn e2s(e: Error) -> String {
@@ -261,6 +262,99 @@ fn refusals(dev: &Device) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     if f16_plan.launches.iter().any(|l| format!("{:?}", l.kind).contains("bf16")) {
         return Err(format!("the f16 plan launches bf16 kernels: {f16_plan}"));
+    }
+    Ok(())
+}
+
+/// `deterministic: true`: dQ, dK and dV bit-identical across 10 runs on the suite's kinds of
+/// shapes (many key tiles per query tile, causal, GQA, varlen with empty sequences), and still
+/// within the gradient rule.
+fn deterministic(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Bhsd, Bshd};
+    let mut specs = vec![
+        spec(batch(2, 300, 1000), 4, 2, 64, false, Bshd),
+        spec(batch(1, 777, 777), 2, 1, 128, true, Bhsd),
+        spec(
+            Sequences::VarLen {
+                q_lens: vec![65, 0, 129, 1, 500],
+                k_lens: vec![700, 3, 0, 64, 500],
+                spare_q: 1,
+                spare_k: 2,
+            },
+            2,
+            2,
+            32,
+            true,
+            Bshd,
+        ),
+    ];
+    if small() {
+        specs.truncate(1);
+    }
+    for s in &specs {
+        let mut case = Case::<bf16>::random(&mut case_rng(), s);
+        case.opts.deterministic = true;
+        // Correct first (this also checks the rule in deterministic mode)…
+        if run_backward(dev, &case, run_seed())?.is_none() {
+            return Err(format!("the deterministic backward refused a case it should run:\n{case}"));
+        }
+        // …then the same inputs ten times.
+        let p = &case.problem;
+        let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
+        let up = |x: &[bf16]| dev.upload(x).map_err(e2s);
+        let (q, k, v) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
+        let mut out: DeviceBuffer<bf16> = dev.alloc(case.out_len()).map_err(e2s)?;
+        let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
+        dev.attention(
+            q.view(*p.q()),
+            k.view(*p.k()),
+            v.view(*p.v()),
+            out.view_mut(*p.o()),
+            Some(&mut lse),
+            &opts,
+        )
+        .map_err(e2s)?;
+        let mut rng = case_rng();
+        let d_o = up(&(0..case.out_len())
+            .map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect::<Vec<_>>())?;
+        let mut first: Option<[Vec<u16>; 3]> = None;
+        for run in 0..10 {
+            let (mut dq, mut dk, mut dv) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
+            for b in [&mut dq, &mut dk, &mut dv] {
+                dev.fill_nan(b).map_err(e2s)?;
+            }
+            dev.attention_backward(
+                q.view(*p.q()),
+                k.view(*p.k()),
+                v.view(*p.v()),
+                out.view(*p.o()),
+                &lse,
+                d_o.view(*p.o()),
+                DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
+                &opts,
+            )
+            .map_err(e2s)?;
+            let bits = |b: &DeviceBuffer<bf16>| -> Result<Vec<u16>, String> {
+                Ok(dev.download(b).map_err(e2s)?.iter().map(|x| x.to_bits()).collect())
+            };
+            let got = [bits(&dq)?, bits(&dk)?, bits(&dv)?];
+            match &first {
+                None => first = Some(got),
+                Some(f) => {
+                    for (t, (a, b)) in f.iter().zip(&got).enumerate() {
+                        if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+                            return Err(format!(
+                                "run {run}: {}[{i}] differs from run 0 ({:#06x} vs {:#06x})\n{case}",
+                                ["dq", "dk", "dv"][t],
+                                b[i],
+                                a[i]
+                            ));
+                        }
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -169,6 +169,7 @@ impl Spec {
             tiles: self.tiles,
             splits: self.splits,
             window: self.window,
+            deterministic: false,
         }
     }
 

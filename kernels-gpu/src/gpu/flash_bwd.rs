@@ -14,7 +14,8 @@
 //!    `dV += Pᵀ·dO` and `dK += dSᵀ·Q` with `P` and `dS` repacked in registers as A operands,
 //!    and `dQ += dS·K` through a dSᵀ tile in shared memory, added to the f32 accumulator with
 //!    `red.global.add` (one per element per key tile: the order, hence the last bits, vary
-//!    from run to run).
+//!    from run to run; in deterministic mode the key tiles take turns per query tile, in key
+//!    order, through a counter each: bit-identical results).
 //! 3. **dQ conversion**: `dQ = scale·acc` in the storage type.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
@@ -47,6 +48,12 @@ const PT: usize = BWD_PREP_THREADS as usize;
 #[inline(always)]
 fn stat_addr(bp: &BwdParams, which: u64, r: u64) -> u64 {
     bp.stats + 4 * (which * bp.attn.partial_rows + r)
+}
+
+/// Index of the deterministic mode's turn counter of query tile `tile` of head `h`, sequence `z`.
+#[inline(always)]
+fn lock_index(bp: &BwdParams, z: u32, h: u32, tile: u32) -> u64 {
+    (z as u64 * bp.attn.heads_q as u64 + h as u64) * bp.q_tiles as u64 + tile as u64
 }
 
 /// Lane addresses of the A operand from a row-major `[m][k]` tile (rows `row0..row0+16`), and
@@ -84,6 +91,11 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
     let m0 = block_x() * BM as u32;
+    if bp.locks != 0 && thread_x() == 0 {
+        // Deterministic mode: this query tile's turn counter starts at key tile 0.
+        // SAFETY: one counter per block of this grid (host sizing).
+        unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), 0) };
+    }
     if m0 >= seq.len_q {
         return;
     }
@@ -445,6 +457,16 @@ unsafe fn bwd_main<
                 E::mma(&mut acc[2 * dp2 + 1], &a, bk[2], bk[3]);
             }
         }
+        // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
+        // 0, 1, … add in that order: the tiles that see a query tile are always a prefix).
+        let lock = bp.locks + 4 * lock_index(bp, z, h, m0 / BM as u32);
+        if bp.locks != 0 {
+            if thread_x() == 0 {
+                // SAFETY: the counter of this query tile (host sizing).
+                while unsafe { global::load_acquire_u32(lock) } != block_x() {}
+            }
+            sync_threads();
+        }
         let d = p.head_dim;
         for half in 0..2 {
             let row = m0 + 16 * qs + g + 8 * half as u32;
@@ -460,6 +482,14 @@ unsafe fn bwd_main<
                         }
                     }
                 }
+            }
+        }
+        if bp.locks != 0 {
+            // Every thread's adds are done (the barrier), then the next key tile's turn.
+            sync_threads();
+            if thread_x() == 0 {
+                // SAFETY: as above.
+                unsafe { global::store_release_u32(lock, block_x() + 1) };
             }
         }
     }

@@ -200,3 +200,29 @@ pub unsafe fn store_u32(addr: u64, x: u32) {
     // SAFETY: caller's contract.
     unsafe { asm!("st.global.b32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
+
+/// `ld.acquire.gpu.global.u32`: reads a turn counter another block releases; later reads and
+/// writes of this thread are ordered after it.
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_acquire_u32(addr: u64) -> u32 {
+    let x: u32;
+    // SAFETY: caller's contract.
+    unsafe { asm!("ld.acquire.gpu.global.u32 {x}, [{a}];", x = out(reg32) x, a = in(reg64) addr) };
+    x
+}
+
+/// `fence.acq_rel.gpu` then `st.release.gpu.global.u32`: publishes a turn counter after every
+/// write this thread has seen (with a barrier before it: the block's writes).
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_release_u32(addr: u64, x: u32) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("fence.acq_rel.gpu;", "st.release.gpu.global.u32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x)
+    };
+}
