@@ -238,6 +238,21 @@ impl BwdConfig {
         if self.head_dim > 64 { 16 } else { BWD_BLOCK_M }
     }
 
+    /// Whether each warp keeps its 16 keys' K and V rows in registers as A fragments for the
+    /// whole block (`head_dim / 2` registers) instead of reloading them from shared memory for
+    /// every pass of every step: where passes are short (head dims above 64, 16 queries a pass),
+    /// the reloads were a quarter of the kernel's `ldmatrix` (NOTES.md, backward).
+    pub const fn kv_in_registers(&self) -> bool {
+        self.head_dim > 64
+    }
+
+    /// Column tiles (8 columns each) of a warp's dQ share per pass of the dQ product: all of
+    /// them, or 4 where K and V stay in registers (fewer accumulators live beside them).
+    pub const fn dq_pass_tiles(&self) -> u32 {
+        let all = self.head_dim / 8 / self.dq_column_groups();
+        if self.kv_in_registers() && all > 4 { 4 } else { all }
+    }
+
     /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
     /// tiles ([`BWD_BLOCK_M`] rows), the dSᵀ tile (`block_n × BWD_BLOCK_M`, 16-bit) and two
     /// stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16 bytes

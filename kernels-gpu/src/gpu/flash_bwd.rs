@@ -253,11 +253,16 @@ unsafe fn bwd_main<
     const DT: usize,
     const DQT: usize,
     const QT: usize,
+    const KVR: bool,
+    const KK: usize,
+    const DQC: usize,
 >(
     bp: &BwdParams,
 ) {
     const {
         assert!(BM % (8 * QT) == 0 && QT % 2 == 0);
+        assert!(if KVR { KK * 16 == D } else { KK == 1 });
+        assert!(DQT % DQC == 0 && DQC % 2 == 0);
         assert!(BN == 16 * W && T == 32 * W && DT * 8 == D && D % 16 == 0 && PD >= D);
         assert!(W % (BM / 16) == 0 && DQT * (W / (BM / 16)) == DT && DQT % 2 == 0);
         // Each warp's dQ columns start at a whole group of four 16-column pairs (the swizzle's
@@ -347,6 +352,22 @@ unsafe fn bwd_main<
     }
     cp_async::commit();
 
+    // With KVR, this warp's K and V rows stay in registers as A fragments for the whole block
+    // (they are the same for every step), loaded once the first copies have landed.
+    let mut kv_frags = [[[0u32; 4]; KK]; 2];
+    if KVR && steps > 0 {
+        cp_async::wait::<0>();
+        sync_threads();
+        let ar = a_rows(lane, 16 * warp, chunks);
+        let [kf, vf] = &mut kv_frags;
+        for (kk, (k, v)) in kf.iter_mut().zip(vf.iter_mut()).enumerate() {
+            // SAFETY: inside the K and V tiles, 16-byte aligned.
+            unsafe {
+                *k = ldmatrix::x4(ar.at(k_tile, 0, kk, chunks));
+                *v = ldmatrix::x4(ar.at(v_tile, 0, kk, chunks));
+            }
+        }
+    }
     let mut dk = [[0.0f32; 4]; DT];
     let mut dv = [[0.0f32; 4]; DT];
     let key0 = n0 + 16 * warp;
@@ -372,9 +393,16 @@ unsafe fn bwd_main<
             let mut st = [[0.0f32; 4]; QT];
             let mut dpt = [[0.0f32; 4]; QT];
             for kk in 0..D / 16 {
-                // SAFETY: inside the tiles, 16-byte aligned.
-                let (ak, av) = unsafe {
-                    (ldmatrix::x4(ar.at(k_tile, 0, kk, chunks)), ldmatrix::x4(ar.at(v_tile, 0, kk, chunks)))
+                let (ak, av) = if KVR {
+                    (kv_frags[0][kk], kv_frags[1][kk])
+                } else {
+                    // SAFETY: inside the tiles, 16-byte aligned.
+                    unsafe {
+                        (
+                            ldmatrix::x4(ar.at(k_tile, 0, kk, chunks)),
+                            ldmatrix::x4(ar.at(v_tile, 0, kk, chunks)),
+                        )
+                    }
                 };
                 for np in 0..QT / 2 {
                     let slab = qh * QT / 2 + np;
@@ -446,17 +474,6 @@ unsafe fn bwd_main<
         let (qs, cg) = (warp_o % (BM / 16) as u32, warp_o / (BM / 16) as u32);
         let dsr = FragRows::new((lane_o % 8) + 8 * (lane_o / 16), (lane_o / 8) % 2 + 2 * qs, ds_chunks);
         let k_cols = k_tile + 32 * cg * (DQT / 2) as u32;
-        let mut acc = [[0.0f32; 4]; DQT];
-        for ks in 0..BN / 16 {
-            // SAFETY: inside the dSᵀ tile.
-            let a = unsafe { ldmatrix::x4_trans(dsr.at(ds_tile, ks, 0, ds_chunks)) };
-            for dp2 in 0..DQT / 2 {
-                // SAFETY: inside the K tile.
-                let bk = unsafe { ldmatrix::x4_trans(tr.at(k_cols, ks, dp2, chunks)) };
-                E::mma(&mut acc[2 * dp2], &a, bk[0], bk[1]);
-                E::mma(&mut acc[2 * dp2 + 1], &a, bk[2], bk[3]);
-            }
-        }
         // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
         // 0, 1, … add in that order: the tiles that see a query tile are always a prefix).
         let lock = bp.locks + 4 * lock_index(bp, z, h, m0 / BM as u32);
@@ -468,17 +485,31 @@ unsafe fn bwd_main<
             sync_threads();
         }
         let d = p.head_dim;
-        for half in 0..2 {
-            let row = m0 + 16 * qs + g + 8 * half as u32;
-            if row < seq.len_q {
-                let base = bp.dq_acc + 4 * seq.lse_index(p, h, row) * d as u64;
-                for (dt, at) in acc.iter().enumerate() {
-                    let col = 8 * (cg * DQT as u32 + dt as u32) + 2 * t4;
-                    if col < d {
-                        // SAFETY: columns col, col+1 < d of the row's accumulator (host sizing).
-                        unsafe {
-                            global::red_add_f32(base + 4 * col as u64, at[2 * half]);
-                            global::red_add_f32(base + 4 * (col + 1) as u64, at[2 * half + 1]);
+        // The warp's DQT column tiles in passes of DQC (fewer accumulators live at once).
+        for cc in 0..DQT / DQC {
+            let mut acc = [[0.0f32; 4]; DQC];
+            for ks in 0..BN / 16 {
+                // SAFETY: inside the dSᵀ tile.
+                let a = unsafe { ldmatrix::x4_trans(dsr.at(ds_tile, ks, 0, ds_chunks)) };
+                for dp2 in 0..DQC / 2 {
+                    // SAFETY: inside the K tile.
+                    let bk = unsafe { ldmatrix::x4_trans(tr.at(k_cols, ks, cc * DQC / 2 + dp2, chunks)) };
+                    E::mma(&mut acc[2 * dp2], &a, bk[0], bk[1]);
+                    E::mma(&mut acc[2 * dp2 + 1], &a, bk[2], bk[3]);
+                }
+            }
+            for half in 0..2 {
+                let row = m0 + 16 * qs + g + 8 * half as u32;
+                if row < seq.len_q {
+                    let base = bp.dq_acc + 4 * seq.lse_index(p, h, row) * d as u64;
+                    for (dt, at) in acc.iter().enumerate() {
+                        let col = 8 * (cg * DQT as u32 + (cc * DQC + dt) as u32) + 2 * t4;
+                        if col < d {
+                            // SAFETY: columns col, col+1 < d of the row's accumulator (host sizing).
+                            unsafe {
+                                global::red_add_f32(base + 4 * col as u64, at[2 * half]);
+                                global::red_add_f32(base + 4 * (col + 1) as u64, at[2 * half + 1]);
+                            }
                         }
                     }
                 }
@@ -585,6 +616,9 @@ macro_rules! bwd_entries {
                         { (C.head_dim / 8) as usize },
                         { (C.head_dim / 8 / C.dq_column_groups()) as usize },
                         { (C.query_chunk() / 8) as usize },
+                        { C.kv_in_registers() },
+                        { if C.kv_in_registers() { (C.head_dim / 16) as usize } else { 1 } },
+                        { C.dq_pass_tiles() as usize },
                     >(&p)
                 }
             }
