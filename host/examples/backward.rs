@@ -2,9 +2,10 @@
 //! sweeps with PyTorch beside them are `cargo xtask bench run --pass fwd,bwd`).
 //!
 //! ```text
-//! cargo run --release --example backward -- [f16|bf16]
+//! cargo run --release --example backward -- [f16|bf16] [head dims…]
 //! ```
-//! bf16 by default; B·N = 16384, H·d = 2048, d ∈ {64, 128}, causal and not, N = 1024…16384.
+//! bf16 by default; B·N = 16384, H·d = 2048, d ∈ {64, 128} (or the head dims given), causal and
+//! not, N = 1024…16384.
 //! TFLOP/s count the backward as 2.5× the forward's FLOPs (FlashAttention's convention).
 
 use flashattn::{AttentionOptions, Device, DeviceGradients, Element, GpuTimer, Layout, Problem, bf16, f16};
@@ -30,7 +31,7 @@ fn time_ms(
     Ok((times[reps / 2], times[reps - 1] - times[0]))
 }
 
-fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
+fn run<T: Element>(dev: &Device, dims: &[usize]) -> Result<(), Box<dyn std::error::Error>> {
     println!("{} {}", T::DTYPE, dev.props());
     println!(
         "{:>4} {:>6} {:>4} {:>4} {:>6} | {:>9} {:>7} | {:>9} {:>7} {:>8} | {:>10} | {:>9} {:>7}",
@@ -49,7 +50,7 @@ fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
         "TF/s"
     );
     let mut rng = rand::rng();
-    for d in [64, 128] {
+    for &d in dims {
         for causal in [false, true] {
             for n in [1024, 2048, 4096, 8192, 16384] {
                 let (b, h) = (16384 / n, 2048 / d);
@@ -124,8 +125,13 @@ fn run<T: Element>(dev: &Device) -> Result<(), Box<dyn std::error::Error>> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = Device::new(0)?;
-    match std::env::args().nth(1).as_deref() {
-        Some("f16") => run::<f16>(&dev),
-        _ => run::<bf16>(&dev),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut dims: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if dims.is_empty() {
+        dims = vec![64, 128];
+    }
+    match args.first().map(String::as_str) {
+        Some("f16") => run::<f16>(&dev, &dims),
+        _ => run::<bf16>(&dev, &dims),
     }
 }

@@ -235,7 +235,13 @@ impl BwdConfig {
     /// whole step of [`BWD_BLOCK_M`], or 16 for head dims above 64, where dK and dV already
     /// take 128 registers a thread (with 32, ptxas spilled on sm_90a).
     pub const fn query_chunk(&self) -> u32 {
-        if self.head_dim > 64 { 16 } else { BWD_BLOCK_M }
+        if self.head_dim > 64 {
+            16
+        } else if self.head_dim > 32 {
+            BWD_BLOCK_M / 2
+        } else {
+            BWD_BLOCK_M
+        }
     }
 
     /// Whether each warp keeps its 16 keys' K and V rows in registers as A fragments for the

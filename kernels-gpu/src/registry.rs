@@ -145,8 +145,8 @@ macro_rules! mma_kernel_name {
 macro_rules! for_each_bwd_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (32, 4, 2)
-            (64, 4, 2)
+            (32, 4, 3)
+            (64, 4, 3)
             (128, 8, 1)
         }
     };
