@@ -1,6 +1,6 @@
 //! The README's example: attention on the GPU in a dozen lines (needs a GPU).
 
-use flashattn::{AttentionOptions, Device, Layout, bf16};
+use flashattn::{AttentionOptions, Device, DeviceGradients, Layout, bf16};
 
 fn main() -> Result<(), flashattn::Error> {
     let dev = Device::new(0)?; // Err(Error::NoDriver) without an NVIDIA driver
@@ -16,5 +16,10 @@ fn main() -> Result<(), flashattn::Error> {
     println!("{plan}"); // which kernel, tiles, shared memory, grid
     let o: Vec<bf16> = dev.download(&out)?;
     println!("o[0] = {}", o[0]);
+    // Training: the gradients of L = Σ O ∘ dO, from the forward's O and log-sum-exp.
+    let d_o = dev.upload(&vec![bf16::from_f32(1.0); n])?;
+    let (mut dq, mut dk, mut dv) = (dev.alloc::<bf16>(n)?, dev.alloc::<bf16>(n)?, dev.alloc::<bf16>(n)?);
+    let grads = DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
+    dev.attention_backward(q.view(l), k.view(l), v.view(l), out.view(l), &lse, d_o.view(l), grads, &opts)?;
     Ok(())
 }
