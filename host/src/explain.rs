@@ -13,7 +13,7 @@
 use std::fmt;
 
 use flashattn_kernels::math::LOG2_E;
-use flashattn_kernels::softmax::{OnlineSoftmax, SplitMerge};
+use flashattn_kernels::softmax::{GradRow, OnlineSoftmax, SplitMerge, prob_from_lse};
 
 /// What the walkthrough computes.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,6 +105,35 @@ pub struct Walkthrough {
     pub scores_held: usize,
     /// Scores standard attention holds: `N_q × N_k`.
     pub scores_standard: usize,
+    /// The backward pass on the same example ([`BackwardTrace`]).
+    pub backward: BackwardTrace,
+}
+
+/// The backward pass of the walkthrough: the gradients of `L = Σ O ∘ dO` for a seeded `dO`,
+/// tiled as the library computes them (a pass over each row's keys for its statistics, then the
+/// key blocks: dV and dK of a block complete, dQ accumulated), set against standard attention's
+/// gradients from the materialised matrices (f64).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackwardTrace {
+    /// The upstream gradient dO (one row per query).
+    pub d_o: Vec<Vec<f32>>,
+    /// Per query row: `1/Σ P`, the pivot (dP of the most probable key) and `D − pivot`
+    /// ([`GradRow`]).
+    pub stats: Vec<(f32, f32, f32)>,
+    /// Per query row: `D = pivot + (D − pivot)`, and the same from the materialised matrices
+    /// (`Σ_j P_j·dP_j` in f64, which equals `rowsum(dO ∘ O)`).
+    pub d: Vec<(f32, f64)>,
+    /// The tiled gradients (f32): dQ, dK, dV rows.
+    pub grads: [Vec<Vec<f32>>; 3],
+    /// Standard attention's gradients (f64).
+    pub reference: [Vec<Vec<f64>>; 3],
+    /// Largest `|tiled − reference|` of dQ, dK and dV.
+    pub max_difference: [f64; 3],
+    /// Numbers the tiled backward held at once: per query row three statistics and a dQ row,
+    /// and one block's P and dS.
+    pub held: usize,
+    /// Numbers standard attention's backward holds: P and dS, `2·N_q·N_k`.
+    pub held_standard: usize,
 }
 
 /// The largest output difference between the tiled f32 result and exact attention that f32
@@ -288,7 +317,10 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
         .zip(&reference)
         .flat_map(|(o, r)| o.iter().zip(r).map(|(&a, &b)| (f64::from(a) - b).abs()))
         .fold(0.0, f64::max);
+    let d_o = rng.matrix(n_q, d);
+    let backward = backward(&BackwardInputs { q: &q, k: &k, v: &v, d_o, lse: &lse, scale, block_n: bn });
     Walkthrough {
+        backward,
         split_halves,
         split_output,
         split_max_difference,
@@ -308,6 +340,99 @@ pub fn walkthrough(opts: &ExplainOptions) -> Walkthrough {
         reference_lse,
         max_difference,
         max_lse_difference,
+    }
+}
+
+/// What [`backward`] works on: the walkthrough's inputs and forward log-sum-exps.
+struct BackwardInputs<'a> {
+    q: &'a [Vec<f32>],
+    k: &'a [Vec<f32>],
+    v: &'a [Vec<f32>],
+    d_o: Vec<Vec<f32>>,
+    lse: &'a [f32],
+    scale: f32,
+    block_n: usize,
+}
+
+/// The walkthrough's backward: tiled (f32, the library's steps) and standard (f64).
+fn backward(inp: &BackwardInputs<'_>) -> BackwardTrace {
+    let BackwardInputs { q, k, v, ref d_o, lse, scale, block_n } = *inp;
+    let (n_q, n_k, d) = (q.len(), k.len(), q.first().map_or(0, Vec::len));
+    let scale_log2 = scale * LOG2_E;
+    // 1. Each row's statistics, one pass over its keys (the GPU's preprocessing kernel).
+    let stats: Vec<(f32, f32, f32)> = (0..n_q)
+        .map(|r| {
+            let mut row = GradRow::new();
+            for j in 0..n_k {
+                let (p, dp) = (prob_from_lse(dot(&q[r], &k[j]), scale_log2, lse[r]), dot(&d_o[r], &v[j]));
+                row.see(p, dp);
+                row.add(p, dp);
+            }
+            let (inv, d_rel) = GradRow::finish(row.sum, row.rel);
+            (inv, row.pivot, d_rel)
+        })
+        .collect();
+    // 2. Key blocks: P and dS of the block, dV and dK of its keys, dQ accumulated.
+    let (mut dq, mut dk, mut dv) =
+        (vec![vec![0.0f32; d]; n_q], vec![vec![0.0f32; d]; n_k], vec![vec![0.0f32; d]; n_k]);
+    for j0 in (0..n_k).step_by(block_n.max(1)) {
+        for j in j0..(j0 + block_n).min(n_k) {
+            for r in 0..n_q {
+                let (inv, pivot, d_rel) = stats[r];
+                let p = prob_from_lse(dot(&q[r], &k[j]), scale_log2, lse[r]) * inv;
+                let ds = scale * GradRow::ds(p, dot(&d_o[r], &v[j]), pivot, d_rel);
+                for x in 0..d {
+                    dv[j][x] += p * d_o[r][x];
+                    dk[j][x] += ds * q[r][x];
+                    dq[r][x] += ds * k[j][x];
+                }
+            }
+        }
+    }
+    // Standard attention's backward in f64: P and dS materialised.
+    let wide = |m: &[Vec<f32>]| -> Vec<Vec<f64>> {
+        m.iter().map(|r| r.iter().map(|&x| f64::from(x)).collect()).collect()
+    };
+    let (qw, kw, vw, dow) = (wide(q), wide(k), wide(v), wide(d_o));
+    let dot64 = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let c = f64::from(scale);
+    let (mut rq, mut rk, mut rv) =
+        (vec![vec![0.0f64; d]; n_q], vec![vec![0.0f64; d]; n_k], vec![vec![0.0f64; d]; n_k]);
+    let mut d_ref = Vec::with_capacity(n_q);
+    for r in 0..n_q {
+        let s: Vec<f64> = kw.iter().map(|kr| c * dot64(&qw[r], kr)).collect();
+        let m = s.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x));
+        let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
+        let l: f64 = e.iter().sum();
+        let p: Vec<f64> = e.iter().map(|x| x / l).collect();
+        let dp: Vec<f64> = vw.iter().map(|vr| dot64(&dow[r], vr)).collect();
+        let big_d: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+        d_ref.push(big_d);
+        for j in 0..n_k {
+            let ds = c * p[j] * (dp[j] - big_d);
+            for x in 0..d {
+                rv[j][x] += p[j] * dow[r][x];
+                rk[j][x] += ds * qw[r][x];
+                rq[r][x] += ds * kw[j][x];
+            }
+        }
+    }
+    let diff = |a: &[Vec<f32>], b: &[Vec<f64>]| {
+        a.iter()
+            .zip(b)
+            .flat_map(|(x, y)| x.iter().zip(y).map(|(&s, &t)| (f64::from(s) - t).abs()))
+            .fold(0.0, f64::max)
+    };
+    let max_difference = [diff(&dq, &rq), diff(&dk, &rk), diff(&dv, &rv)];
+    BackwardTrace {
+        d: stats.iter().zip(&d_ref).map(|(&(_, pivot, d_rel), &r)| (pivot + d_rel, r)).collect(),
+        d_o: d_o.clone(),
+        stats,
+        grads: [dq, dk, dv],
+        reference: [rq, rk, rv],
+        max_difference,
+        held: n_q * (3 + d) + 2 * n_q * block_n.min(n_k),
+        held_standard: 2 * n_q * n_k,
     }
 }
 
@@ -450,6 +575,41 @@ impl fmt::Display for Walkthrough {
             self.scores_standard,
             o.n_q,
             o.n_k
+        )?;
+        let b = &self.backward;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "Backward (training): the gradients of L = Σ O∘dO. Nothing of the forward is kept but O and the\n\
+             log-sum-exps: P = exp(c·q·k − lse) is recomputed block by block. dS = P∘(dP − D) needs, per row,\n\
+             D = Σ_j P_j·dP_j (dP = dO·v), before any block: a first pass over the row's keys finds it,\n\
+             relative to the dP of the most probable key (the pivot), with 1/Σ P to make the recomputed P sum to 1."
+        )?;
+        for (r, (((inv, pivot, d_rel), (dd, dref)), d_o)) in b.stats.iter().zip(&b.d).zip(&b.d_o).enumerate()
+        {
+            writeln!(
+                f,
+                "  q{r}: dO {}   1/ΣP {inv:.4}   pivot {pivot:7.4}   D − pivot {d_rel:8.5}   D {dd:7.4} (standard {dref:7.4})",
+                vector(d_o)
+            )?;
+        }
+        writeln!(
+            f,
+            "Then each key block: dV_j = Σ_r P_rj·dO_r and dK_j = c·Σ_r dS_rj·q_r are complete when the block is,\n\
+             dQ_r = c·Σ_j dS_rj·k_j adds up across blocks. Largest differences from standard attention's\n\
+             gradients (f64, all of P and dS materialised): dQ {:.2e}, dK {:.2e}, dV {:.2e}.",
+            b.max_difference[0], b.max_difference[1], b.max_difference[2]
+        )?;
+        let (n, dd, bn) = (4096usize, 128usize, 64usize);
+        writeln!(
+            f,
+            "Numbers held at once: {} (per row three statistics and a dQ row, one block's P and dS), versus {} (P and dS):\n\
+             more at this size, but linear in N instead of quadratic: at N_q = N_k = {n}, d = {dd}, blocks of {bn},\n\
+             {} versus {}.",
+            b.held,
+            b.held_standard,
+            n * (3 + dd) + 2 * n * bn,
+            2 * n * n
         )
     }
 }

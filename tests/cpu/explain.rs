@@ -37,6 +37,19 @@ fn default_walkthrough_numbers() {
     assert!(w.threshold < 1e-5 && w.max_difference <= w.threshold);
     assert!(w.max_lse_difference < 1e-6, "{}", w.max_lse_difference);
     assert!(w.to_string().contains("It did not occur"));
+
+    // The backward: D from the first pass equals Σ P·dP of the materialised matrices, and the
+    // tiled gradients equal standard attention's to f32 rounding.
+    let b = &w.backward;
+    for (r, &(d, reference)) in b.d.iter().enumerate() {
+        assert!((f64::from(d) - reference).abs() < 1e-6, "D of q{r}: {d} vs {reference}");
+    }
+    for (name, diff) in ["dq", "dk", "dv"].iter().zip(b.max_difference) {
+        assert!(diff < 1e-6, "{name}: {diff}");
+    }
+    assert_eq!((b.held, b.held_standard), (4 * (3 + 3) + 2 * 4 * 2, 32));
+    assert!((b.d[1].1 - -0.4398).abs() < 1e-4, "{}", b.d[1].1);
+    assert!(w.to_string().contains("Backward (training)"));
 }
 
 #[test]
