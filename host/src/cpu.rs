@@ -1,7 +1,7 @@
 //! Attention on the CPU: the tiled algorithm with the shared online-softmax recurrence, for
 //! machines without a GPU and as the first thing the tests check.
 
-use flashattn_kernels::softmax::{GradRow, OnlineSoftmax, SplitMerge, prob_from_lse};
+use flashattn_kernels::softmax::{GradRow, OnlineSoftmax, ScoreMod, SplitMerge, prob_from_lse};
 
 use crate::buffer::Element;
 use crate::error::{InvalidInput, Result};
@@ -150,12 +150,13 @@ impl Tiled {
     ) {
         let (d, bm, bn) = (self.d, self.block_m, self.block_n);
         let group = p.group_size();
-        let scale_log2 = p.scale_log2();
+        let scale_log2 = recurrence_scale_log2(p);
         for i in 0..p.batch() {
             let seq = p.sequence(i);
             let b = seq.batch_index;
             for h in 0..p.q().heads {
                 let kh = h / group;
+                let sm = p.score_mod(h);
                 for t0 in (0..seq.len_q).step_by(bm) {
                     let rows = bm.min(seq.len_q - t0);
                     for r in 0..rows {
@@ -174,7 +175,7 @@ impl Tiled {
                         let begin = (first + split * per).min(n_tiles);
                         begin..(begin + per).min(n_tiles)
                     };
-                    let ctx = TileCtx { p, seq: &seq, kh, t0, rows, scale_log2 };
+                    let ctx = TileCtx { p, seq: &seq, kh, t0, rows, scale_log2, sm };
                     if self.splits > 1 {
                         let splits = self.splits;
                         self.part_o.resize(splits * bm * d, 0.0);
@@ -241,7 +242,7 @@ impl Tiled {
     /// recurrence, from a fresh accumulator and fresh states.
     fn keys<T: Element>(&mut self, c: &TileCtx<'_>, k: &[T], v: &[T], tiles: std::ops::Range<usize>) {
         let (d, bn) = (self.d, self.block_n);
-        let TileCtx { p, seq, kh, t0, rows, scale_log2, .. } = *c;
+        let TileCtx { p, seq, kh, t0, rows, scale_log2, sm } = *c;
         let b = seq.batch_index;
         self.acc[..rows * d].fill(0.0);
         self.state[..rows].fill(OnlineSoftmax::new());
@@ -262,7 +263,8 @@ impl Tiled {
                 let mut block_max = f32::NEG_INFINITY;
                 for (c, sc) in s.iter_mut().enumerate() {
                     *sc = if (lo..hi).contains(&c) {
-                        dot(q_row, &self.k[c * d..(c + 1) * d])
+                        let raw = dot(q_row, &self.k[c * d..(c + 1) * d]);
+                        logit(p, &sm, raw, t, j0 + c, seq)
                     } else {
                         f32::NEG_INFINITY
                     };
@@ -368,7 +370,7 @@ fn backward_tiled<T: Element>(
     let (max_q, max_k) = p.max_lens();
     let (bm, bn) = (block_m.min(max_q.max(1)), block_n.min(max_k.max(1)));
     let scale = p.scale();
-    let scale_log2 = p.scale_log2();
+    let scale_log2 = recurrence_scale_log2(p);
     let group = p.group_size();
     let (lq, lk, lv) = (*p.q(), *p.k(), *p.v());
     // 1. Per query row, from the same recomputed P and dP as the main pass: D = Σ_j P_j·dP_j
@@ -396,9 +398,11 @@ fn backward_tiled<T: Element>(
                 // The GPU's recurrence, one key at a time ([`GradRow`]): a row without keys (or
                 // whose every probability underflowed) ends with 1/Σ P = 0, hence zero gradients.
                 let mut stats = GradRow::new();
+                let sm = p.score_mod(h);
                 for j in p.key_begin(t, seq.len_q, seq.len_k)..p.key_end(t, seq.len_q, seq.len_k) {
                     load(&mut kv_row, k, lk.offset(b, seq.k_start + j, kh));
-                    let pr = prob_from_lse(dot(&q_row, &kv_row), scale_log2, lse[row]);
+                    let s = logit(p, &sm, dot(&q_row, &kv_row), t, j, &seq);
+                    let pr = prob_from_lse(s, scale_log2, lse[row]);
                     load(&mut kv_row, v, lv.offset(b, seq.k_start + j, kh));
                     let dp = dot(&do_row, &kv_row);
                     stats.see(pr, dp);
@@ -445,12 +449,17 @@ fn backward_tiled<T: Element>(
                             }
                             load(&mut q_row, q, lq.offset(b, seq.q_start + t, h));
                             load(&mut do_row, d_o, ld.offset(b, seq.q_start + t, h));
+                            let sm = p.score_mod(h);
                             for c in lo..hi {
-                                let s = dot(&q_row, &kt[c * d..(c + 1) * d]);
+                                let raw = dot(&q_row, &kt[c * d..(c + 1) * d]);
+                                let s = logit(p, &sm, raw, t, j0 + c, &seq);
                                 let pr = prob_from_lse(s, scale_log2, lse[row]) * inv_sum[row];
                                 let dp = dot(&do_row, &vt[c * d..(c + 1) * d]);
                                 p_row[c] = pr;
-                                ds_row[c] = GradRow::ds(pr, dp, pivot[row], d_rel[row]);
+                                // dS with respect to the scaled score: the softcap's derivative
+                                // (1 without one; the ALiBi bias does not depend on Q or K).
+                                ds_row[c] =
+                                    GradRow::ds(pr, dp, pivot[row], d_rel[row]) * sm.slope_of(scale * raw);
                             }
                             let dq_row = &mut dq_acc[row * d..(row + 1) * d];
                             for c in lo..hi {
@@ -502,6 +511,25 @@ struct TileCtx<'a> {
     t0: usize,
     rows: usize,
     scale_log2: f32,
+    sm: ScoreMod,
+}
+
+/// The recurrence's `scale·log2(e)`: the problem's, or `log2(e)` when score modifiers turn the
+/// raw scores into logits first ([`logit`]).
+fn recurrence_scale_log2(p: &Problem) -> f32 {
+    if p.has_score_mod() { flashattn_kernels::math::LOG2_E } else { p.scale_log2() }
+}
+
+/// What the recurrence takes for raw score `raw` (`q·k`) of query `t` and key `j` of `seq`: the
+/// raw score itself, or with score modifiers the logit `sm.logit(scale·raw, …)` (then the
+/// recurrence runs with `scale_log2 = log2 e`, [`recurrence_scale_log2`]).
+#[inline]
+fn logit(p: &Problem, sm: &ScoreMod, raw: f32, t: usize, j: usize, seq: &crate::problem::Sequence) -> f32 {
+    if p.has_score_mod() {
+        sm.logit(p.scale() * raw, t as u32, j as u32, seq.len_q as u32, seq.len_k as u32)
+    } else {
+        raw
+    }
 }
 
 /// Converts the `dst.len()` elements at `src[offset..]` to f32.

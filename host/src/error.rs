@@ -264,6 +264,20 @@ pub enum InvalidInput {
         /// The value given.
         scale: f32,
     },
+    /// The logit softcap is not a positive finite number.
+    #[error("softcap is {softcap}; it must be a positive finite number (None: no softcap)")]
+    Softcap {
+        /// The value given.
+        softcap: f32,
+    },
+    /// ALiBi slopes: one finite, non-negative number per query head.
+    #[error("alibi_slopes has {len} entries for {heads} query heads; it needs one finite slope ≥ 0 per head")]
+    AlibiSlopes {
+        /// Entries given.
+        len: usize,
+        /// Query heads.
+        heads: usize,
+    },
     /// Variable-length input must be packed with batch 1.
     #[error("variable-length input must be packed along the token axis with batch 1, got batch {batch}")]
     VarLenBatch {

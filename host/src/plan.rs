@@ -113,6 +113,8 @@ pub enum Reason {
     Window,
     /// The method has no backward pass (on the GPU, only the tensor-core kernels have one).
     NoBackward,
+    /// A softcap or ALiBi slopes: the GPU kernels do not apply them yet (the CPU path does).
+    ScoreMod,
 }
 
 impl std::fmt::Display for Reason {
@@ -160,6 +162,9 @@ impl std::fmt::Display for Reason {
             Reason::Window => {
                 f.write_str("a sliding window (not on the GPU yet; `flashattn::cpu::attention` applies it)")
             }
+            Reason::ScoreMod => f.write_str(
+                "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
+            ),
             Reason::NoBackward => f.write_str(
                 "the backward pass (on the GPU only the tensor-core kernels have one: use Method::Auto or \
                  Method::FlashTensorCore; `flashattn::cpu::attention_backward` runs every dtype)",
@@ -429,9 +434,10 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if !problem.window().is_none() {
+    if !problem.window().is_none() || problem.has_score_mod() {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
-        return Err(unsupported(method, Reason::Window));
+        let reason = if problem.window().is_none() { Reason::ScoreMod } else { Reason::Window };
+        return Err(unsupported(method, reason));
     }
     let mut plan = match opts.method {
         Method::Flash => plan_simt(props, dtype, problem, opts),
@@ -926,6 +932,9 @@ pub fn plan_backward(
     }
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
+    }
+    if problem.has_score_mod() {
+        return Err(unsupported(method, Reason::ScoreMod));
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));

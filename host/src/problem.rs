@@ -3,6 +3,7 @@
 
 use crate::error::InvalidInput;
 pub use flashattn_kernels::params::MAX_TOKENS;
+pub use flashattn_kernels::softmax::ScoreMod;
 
 /// Largest supported head dimension.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -271,6 +272,14 @@ pub struct AttentionOptions {
     /// (`kernels-gpu/NOTES.md`, backward). dK and dV are reproducible either way, and the
     /// forward always is.
     pub deterministic: bool,
+    /// Logit softcapping (Gemma-2's `c`): scaled scores `s` become `c·tanh(s/c)` before the
+    /// softmax. `None`: none. CPU path only for now (the GPU methods refuse it with
+    /// `Reason::ScoreMod`).
+    pub softcap: Option<f32>,
+    /// ALiBi: one slope per query head; the logit of query `t` and key `j` gets
+    /// `−slope·|t + Nk − Nq − j|` (FlashAttention's `alibi_slopes`). `None`: none. CPU path only
+    /// for now (`Reason::ScoreMod` on the GPU).
+    pub alibi_slopes: Option<Vec<f32>>,
 }
 
 /// The most key splits one query tile may have (split-KV; the combine kernel's limit).
@@ -290,6 +299,8 @@ pub struct Problem {
     causal: bool,
     window: Window,
     varlen: Option<VarLen>,
+    softcap: f32,
+    alibi_slopes: Option<Vec<f32>>,
 }
 
 impl Problem {
@@ -388,6 +399,16 @@ impl Problem {
             validate_varlen(vl, &q, &k)?;
         }
         check_splits(opts)?;
+        let softcap = match opts.softcap {
+            None => 0.0,
+            Some(c) if c.is_finite() && c > 0.0 => c,
+            Some(c) => return Err(InvalidInput::Softcap { softcap: c }),
+        };
+        if let Some(slopes) = &opts.alibi_slopes
+            && (slopes.len() != q.heads || slopes.iter().any(|s| !s.is_finite() || *s < 0.0))
+        {
+            return Err(InvalidInput::AlibiSlopes { len: slopes.len(), heads: q.heads });
+        }
         // The log-sum-exp output's length must be a number.
         q.batch
             .checked_mul(q.heads)
@@ -402,7 +423,22 @@ impl Problem {
             causal: opts.causal,
             window: opts.window,
             varlen: opts.varlen.clone(),
+            softcap,
+            alibi_slopes: opts.alibi_slopes.clone(),
         })
+    }
+
+    /// The score modifiers of query head `h` (softcap, ALiBi slope; [`ScoreMod`]).
+    pub fn score_mod(&self, h: usize) -> ScoreMod {
+        ScoreMod {
+            softcap: self.softcap,
+            alibi_slope: self.alibi_slopes.as_ref().and_then(|s| s.get(h)).copied().unwrap_or(0.0),
+        }
+    }
+
+    /// Whether any head has a score modifier (a softcap or non-zero ALiBi slopes).
+    pub fn has_score_mod(&self) -> bool {
+        self.softcap > 0.0 || self.alibi_slopes.as_ref().is_some_and(|s| s.iter().any(|&x| x != 0.0))
     }
 
     /// Q's layout.

@@ -65,6 +65,25 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// tanh(x) (logit softcapping). On the GPU `tanh.approx.f32` (sm_75+, absolute error about
+/// 2⁻¹⁰·⁹⁹ near 0: for the kernels that will apply softcaps), on the host the standard library's.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a pure arithmetic instruction on registers.
+        unsafe {
+            core::arch::asm!("tanh.approx.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack))
+        };
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x.tanh()
+    }
+}
+
 /// The larger of two floats; `-inf` loses to everything, as the row maximum needs.
 #[inline(always)]
 pub fn max(a: f32, b: f32) -> f32 {

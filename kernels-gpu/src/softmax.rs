@@ -32,7 +32,7 @@
 //! This module is the one implementation of the recurrence: the GPU kernels and the CPU tiled
 //! implementation both call it. (The f64 test oracle does not: it is the independent check.)
 
-use crate::math::{LN_2, LOG2_E, exp2, fma, log2};
+use crate::math::{LN_2, LOG2_E, exp2, fma, log2, tanh};
 
 /// Largest `|max·scale_log2|` for which the one-FMA probability ([`BlockStep::prob`]) is used:
 /// its rounding error `δ` is then at most 2^5 in the exponent, a common factor `2^δ` that
@@ -197,6 +197,56 @@ pub fn prob_from_lse(score: f32, scale_log2: f32, lse: f32) -> f32 {
     exp2(fma(score, scale_log2, -lse * LOG2_E))
 }
 
+/// Score modifiers between `scale·q·k` and the softmax, FlashAttention-2's: logit softcapping
+/// (Gemma-2) and ALiBi (BLOOM, MPT). For a scaled score `s` of query `t` (of `len_q`) and key `j`
+/// (of `len_k`):
+///
+/// ```text
+/// logit = c·tanh(s / c) − slope·|t + len_k − len_q − j|
+/// ```
+///
+/// (the softcap `c` first, where set; the ALiBi bias with the head's slope, where set; the
+/// distance is bottom-right aligned like the causal mask). The backward needs
+/// `∂logit/∂s = 1 − tanh²(s/c)` ([`ScoreMod::slope_of`]); the bias does not depend on Q or K.
+/// The CPU implementation applies it today; the GPU kernels refuse problems that have one.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScoreMod {
+    /// Softcap `c` (0: none).
+    pub softcap: f32,
+    /// ALiBi slope of the head (0: none).
+    pub alibi_slope: f32,
+}
+
+impl ScoreMod {
+    /// Whether this modifies nothing.
+    #[inline(always)]
+    pub fn is_none(&self) -> bool {
+        self.softcap == 0.0 && self.alibi_slope == 0.0
+    }
+
+    /// The logit of scaled score `s` of query `t` and key `j`.
+    #[inline(always)]
+    pub fn logit(&self, s: f32, t: u32, j: u32, len_q: u32, len_k: u32) -> f32 {
+        let capped = if self.softcap > 0.0 { self.softcap * tanh(s / self.softcap) } else { s };
+        if self.alibi_slope == 0.0 {
+            return capped;
+        }
+        let dist = (t as i64 + len_k as i64 - len_q as i64 - j as i64).unsigned_abs() as f32;
+        capped - self.alibi_slope * dist
+    }
+
+    /// `∂logit/∂s` at scaled score `s`: `1 − tanh²(s/c)` with a softcap, else 1.
+    #[inline(always)]
+    pub fn slope_of(&self, s: f32) -> f32 {
+        if self.softcap > 0.0 {
+            let th = tanh(s / self.softcap);
+            1.0 - th * th
+        } else {
+            1.0
+        }
+    }
+}
+
 /// The backward pass's per-row statistics, one pass over a row's keys with the recomputed
 /// probabilities `P_j` (from the log-sum-exp) and `dP_j = dO·v_j`:
 ///
@@ -340,6 +390,26 @@ impl SplitMerge {
 
 #[cfg(test)]
 mod tests {
+
+    /// The modifiers' formula on a few points: softcap bends and bounds, ALiBi's distance is
+    /// bottom-right aligned and absolute, the derivative is the softcap's.
+    #[test]
+    fn score_mod_formula() {
+        let none = ScoreMod::default();
+        assert!(none.is_none());
+        assert_eq!(none.logit(7.5, 3, 9, 4, 10), 7.5);
+        let cap = ScoreMod { softcap: 2.0, alibi_slope: 0.0 };
+        assert!((cap.logit(100.0, 0, 0, 1, 1) - 2.0).abs() < 1e-6);
+        assert!((cap.logit(1.0, 0, 0, 1, 1) - 2.0 * 0.5f32.tanh()).abs() < 1e-7);
+        assert!((cap.slope_of(1.0) - (1.0 - 0.5f32.tanh().powi(2))).abs() < 1e-7);
+        // Query 3 of 4 against 10 keys sits at key 9: key 9 is at distance 0, key 4 at 5, and a
+        // key after the diagonal (non-causal) at its absolute distance.
+        let alibi = ScoreMod { softcap: 0.0, alibi_slope: 0.5 };
+        assert_eq!(alibi.logit(1.0, 3, 9, 4, 10), 1.0);
+        assert_eq!(alibi.logit(1.0, 3, 4, 4, 10), 1.0 - 2.5);
+        assert_eq!(alibi.logit(1.0, 0, 9, 4, 10), 1.0 - 1.5);
+        assert_eq!(alibi.slope_of(123.0), 1.0);
+    }
 
     /// The streaming pivot (re-based whenever a more probable key arrives, in any order and in
     /// any grouping) gives the same D as choosing the most probable key first.

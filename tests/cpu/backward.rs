@@ -108,6 +108,27 @@ fn backward_matches_the_gradient_oracle() {
         s.tiles = Tiles { block_m: Some(5), block_n: Some(7) };
         specs.push(s);
     }
+    // Score modifiers: a softcap, ALiBi, both; with causal, GQA, varlen and a window.
+    let slopes = vec![0.5, 0.0, 0.125, 0.03125];
+    for (softcap, alibi) in [(Some(3.0), None), (None, Some(slopes.clone())), (Some(30.0), Some(slopes))] {
+        let mut s = Spec::batch(2, 19, 30, 4, 24);
+        s.heads_k = 2;
+        (s.softcap, s.alibi_slopes, s.causal) = (softcap, alibi.clone(), true);
+        s.tiles = Tiles { block_m: Some(5), block_n: Some(7) };
+        specs.push(s.clone());
+        s.causal = false;
+        s.window = flashattn::Window { left: Some(6), right: Some(3) };
+        specs.push(s);
+        let mut s = Spec::batch(1, 1, 1, 4, 16);
+        s.sequences = Sequences::VarLen {
+            q_lens: vec![9, 0, 14, 1],
+            k_lens: vec![12, 5, 0, 20],
+            spare_q: 1,
+            spare_k: 2,
+        };
+        (s.softcap, s.alibi_slopes, s.causal) = (softcap, alibi, true);
+        specs.push(s);
+    }
     let mut worst = 0.0f64;
     for (i, s) in specs.iter().enumerate() {
         both(s, 40 + i as u64);
@@ -134,6 +155,16 @@ proptest! {
 
     #[test]
     fn bf16_gradients_match_oracle(spec in flashattn_testkit::strategy::spec(), seed in any::<u64>()) {
+        run::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
+
+    /// Softcaps and ALiBi through the backward.
+    #[test]
+    fn score_mod_gradients_match_oracle(
+        spec in flashattn_testkit::strategy::spec_with_score_mods(),
+        seed in any::<u64>(),
+    ) {
+        run::<f16>(&spec, seed).map_err(TestCaseError::fail)?;
         run::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
     }
 }

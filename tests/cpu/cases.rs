@@ -276,3 +276,82 @@ fn sliding_windows_match_the_oracle() {
         }
     }
 }
+
+/// Score modifiers on the CPU path (forward), every dtype: a softcap (Gemma-2's 50, and a tight
+/// 2 that bends every score), ALiBi slopes (BLOOM's geometric ones, and a zero slope on one head),
+/// both together, with causal masks, Nq ≠ Nk both ways, GQA, varlen with empty sequences, tiles
+/// that divide nothing, split-KV and a window.
+#[test]
+fn score_modifiers_match_the_oracle() {
+    let mut shapes = Vec::new();
+    let mut s = spec(2, 37, 37, 4, 16);
+    s.tiles = Tiles { block_m: Some(8), block_n: Some(5) };
+    shapes.push(s);
+    let mut s = spec(1, 13, 40, 4, 8);
+    s.heads_k = 2;
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(6) };
+    shapes.push(s);
+    let mut s = spec(1, 40, 13, 4, 8);
+    s.heads_k = 1;
+    shapes.push(s);
+    let mut s = spec(1, 1, 1, 4, 24);
+    s.sequences =
+        Sequences::VarLen { q_lens: vec![9, 0, 30, 1], k_lens: vec![12, 5, 0, 20], spare_q: 1, spare_k: 2 };
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
+    shapes.push(s);
+    let slopes = vec![0.5, 0.25, 0.0, 0.0625];
+    let mods =
+        [(Some(50.0), None), (Some(2.0), None), (None, Some(slopes.clone())), (Some(5.0), Some(slopes))];
+    for base in shapes {
+        for (softcap, alibi) in &mods {
+            for causal in [false, true] {
+                for splits in [None, Some(3)] {
+                    let mut s = base.clone();
+                    (s.softcap, s.alibi_slopes, s.causal, s.splits) =
+                        (*softcap, alibi.clone(), causal, splits);
+                    all_dtypes(&s);
+                }
+            }
+            let mut s = base.clone();
+            (s.softcap, s.alibi_slopes) = (*softcap, alibi.clone());
+            s.window = flashattn::Window { left: Some(6), right: Some(2) };
+            all_dtypes(&s);
+        }
+    }
+}
+
+/// The modifiers change the result (so the test above cannot pass by ignoring them), and the
+/// CPU path follows them: a softcap of 2 and ALiBi each move the oracle's outputs, and the CPU
+/// outputs move with them.
+#[test]
+fn score_modifiers_change_the_result() {
+    use flashattn_testkit::Case;
+    use rand::SeedableRng;
+    let base = spec(1, 24, 24, 2, 16);
+    let mut capped = base.clone();
+    capped.softcap = Some(0.5);
+    let mut alibi = base.clone();
+    alibi.alibi_slopes = Some(vec![0.5, 1.0]);
+    let plain = Case::<f32>::random(&mut rand::rngs::StdRng::seed_from_u64(3), &base);
+    for modified in [capped, alibi] {
+        let case = Case::<f32>::random(&mut rand::rngs::StdRng::seed_from_u64(3), &modified);
+        assert_eq!(case.q, plain.q);
+        let moved = case
+            .reference
+            .out
+            .iter()
+            .zip(&plain.reference.out)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            moved > 1e-2,
+            "the oracle ignored {:?}/{:?}: {moved}",
+            modified.softcap,
+            modified.alibi_slopes
+        );
+        let (out, _) = case.run_cpu().unwrap();
+        let err =
+            out.iter().zip(&case.reference.out).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-5, "{err}");
+    }
+}

@@ -454,3 +454,43 @@ fn backward_plans_and_refusals() {
     let p = plan_backward(&h200, DType::BF16, &problem(k1, q0, &opts), &opts, lay).unwrap();
     assert_eq!(p.launches.len(), 2, "{p}");
 }
+
+/// Score modifiers: refused by every GPU method (forward and backward) as `Reason::ScoreMod`;
+/// invalid values are typed input errors before that.
+#[test]
+fn score_modifiers_are_refused_on_the_gpu_and_validated() {
+    use flashattn::plan_backward;
+    let h200 = DeviceProps::h200();
+    let l = Layout::bshd(1, 64, 2, 64);
+    let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
+    for opts in [
+        AttentionOptions { softcap: Some(30.0), ..Default::default() },
+        AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25]), ..Default::default() },
+    ] {
+        for method in Method::ALL {
+            let o = AttentionOptions { method, ..opts.clone() };
+            let r = plan(&h200, DType::BF16, &problem(l, l, &o), &o);
+            assert!(
+                matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })),
+                "{method}: {r:?}"
+            );
+        }
+        let r = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts);
+        assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");
+    }
+    // Zero slopes everywhere modify nothing: the GPU runs it.
+    let zero = AttentionOptions { alibi_slopes: Some(vec![0.0, 0.0]), ..Default::default() };
+    assert!(plan(&h200, DType::BF16, &problem(l, l, &zero), &zero).is_ok());
+    let lens = [l.required_len().unwrap(); 4];
+    for bad in [Some(0.0), Some(-1.0), Some(f32::NAN), Some(f32::INFINITY)] {
+        let o = AttentionOptions { softcap: bad, ..Default::default() };
+        assert!(matches!(Problem::new(l, l, l, l, lens, &o), Err(InvalidInput::Softcap { .. })), "{bad:?}");
+    }
+    for bad in [vec![0.5], vec![0.5, f32::NAN], vec![0.5, -0.1], vec![0.1, 0.2, 0.3]] {
+        let o = AttentionOptions { alibi_slopes: Some(bad.clone()), ..Default::default() };
+        assert!(
+            matches!(Problem::new(l, l, l, l, lens, &o), Err(InvalidInput::AlibiSlopes { heads: 2, .. })),
+            "{bad:?}"
+        );
+    }
+}

@@ -31,6 +31,18 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Softcaps and ALiBi (CPU path) on the random specs.
+    #[test]
+    fn score_mods_match_oracle(spec in strategy::spec_with_score_mods(), seed in any::<u64>()) {
+        run_case::<f32>(&spec, seed).map_err(TestCaseError::fail)?;
+        run_case::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
+        run_case::<f16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
+}
+
 /// The measurement behind the f32 bound, the LSE bound and the f32 exemption from the 2× rule
 /// (`cargo test -p flashattn-testkit --test cpu error_margins -- --ignored --nocapture`;
 /// `MARGIN_CASES` sets the cases per distribution, 600 by default): per dtype and input

@@ -226,6 +226,8 @@ pub fn spec(
         tiles: Tiles::default(),
         splits: None,
         window: flashattn::Window::default(),
+        softcap: None,
+        alibi_slopes: None,
         layout,
         values: Values::Normal,
     }

@@ -102,6 +102,10 @@ pub struct Spec {
     pub splits: Option<usize>,
     /// Sliding window (`Window::default()`: none).
     pub window: flashattn::Window,
+    /// Logit softcap (`None`: none).
+    pub softcap: Option<f32>,
+    /// ALiBi slopes, one per query head (`None`: none).
+    pub alibi_slopes: Option<Vec<f32>>,
     /// Memory order.
     pub layout: LayoutKind,
     /// Input distribution.
@@ -121,6 +125,8 @@ impl Spec {
             tiles: Tiles::default(),
             splits: None,
             window: flashattn::Window::default(),
+            softcap: None,
+            alibi_slopes: None,
             layout: LayoutKind::Bshd,
             values: Values::Uniform,
         }
@@ -170,6 +176,8 @@ impl Spec {
             splits: self.splits,
             window: self.window,
             deterministic: false,
+            softcap: self.softcap,
+            alibi_slopes: self.alibi_slopes.clone(),
         }
     }
 
@@ -434,6 +442,9 @@ impl<T: Element> fmt::Display for Case<T> {
         if !p.window().is_none() {
             let w = p.window();
             writeln!(f, "  window left {:?} right {:?}, splits {:?}", w.left, w.right, self.opts.splits)?;
+        }
+        if p.has_score_mod() {
+            writeln!(f, "  softcap {:?}, alibi slopes {:?}", self.opts.softcap, self.opts.alibi_slopes)?;
         }
         match &p.varlen() {
             None => write!(f, "  batched: {} entries", p.q().batch),

@@ -50,6 +50,7 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
         dv: vec![0.0; len(problem.v())],
     };
     let mut keys: Vec<(usize, f64)> = Vec::new();
+    let mut derivs: Vec<f64> = Vec::new();
     for_each_row(problem, |c, _| {
         let seq = problem.sequence(c.seq);
         let kh = c.h / problem.group_size();
@@ -60,10 +61,14 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
         let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
         // Scaled scores of the visible keys, then the row's log-sum-exp.
         keys.clear();
+        derivs.clear();
         for j in (0..seq.len_k).filter(|&j| problem.visible(c.t, j, seq.len_q, seq.len_k)) {
             let ko = k_at(j);
             let s: f64 = q_row.iter().zip(&k[ko..ko + d]).map(|(a, b)| a * b).sum();
-            keys.push((j, scale * s));
+            let (logit, deriv) =
+                crate::oracle::logit_f64(problem, c.h, c.t, j, seq.len_q, seq.len_k, scale * s);
+            keys.push((j, logit));
+            derivs.push(deriv);
         }
         if keys.is_empty() {
             return;
@@ -80,10 +85,11 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
             // Keep (P, dP) packed in the score's place: P in `s`, dP recomputed below.
             *s = p;
         }
-        for &(j, p) in keys.iter() {
+        for (&(j, p), &deriv) in keys.iter().zip(&derivs) {
             let (ko, vo) = (k_at(j), v_at(j));
             let dp: f64 = do_row.iter().zip(&v[vo..vo + d]).map(|(a, b)| a * b).sum();
-            let ds = p * (dp - big_d);
+            // dS with respect to the scaled score (the softcap's derivative; 1 without one).
+            let ds = p * (dp - big_d) * deriv;
             for x in 0..d {
                 g.dv[vo + x] += p * do_row[x];
                 g.dq[qo + x] += scale * ds * k[ko + x];
@@ -127,16 +133,26 @@ pub fn baseline_backward<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T
         }
         let k_at = |j: usize| problem.k().offset(c.b, seq.k_start + j, kh);
         let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
-        let scores: Vec<f32> =
-            visible.iter().map(|&j| round(scale * dot(&q_row, &row(k, k_at(j))))).collect();
+        // Scores in the input precision, then the modifiers in it too (as PyTorch applies them).
+        let sm = problem.score_mod(c.h);
+        let raw: Vec<f32> = visible.iter().map(|&j| scale * round(dot(&q_row, &row(k, k_at(j))))).collect();
+        let scores: Vec<f32> = if problem.has_score_mod() {
+            visible
+                .iter()
+                .zip(&raw)
+                .map(|(&j, &s)| round(sm.logit(s, c.t as u32, j as u32, seq.len_q as u32, seq.len_k as u32)))
+                .collect()
+        } else {
+            visible.iter().map(|&j| round(scale * dot(&q_row, &row(k, k_at(j))))).collect()
+        };
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let e: Vec<f32> = scores.iter().map(|&x| (x - max).exp()).collect();
         let sum: f32 = e.iter().sum();
         let probs: Vec<f32> = e.iter().map(|x| round(x / sum)).collect();
         let dps: Vec<f32> = visible.iter().map(|&j| round(dot(&do_row, &row(v, v_at(j))))).collect();
         let big_d: f32 = probs.iter().zip(&dps).map(|(p, dp)| p * dp).sum();
-        for ((&j, &pr), &dp) in visible.iter().zip(&probs).zip(&dps) {
-            let ds = round(pr * (dp - big_d));
+        for (((&j, &pr), &dp), &s) in visible.iter().zip(&probs).zip(&dps).zip(&raw) {
+            let ds = round(round(pr * (dp - big_d)) * sm.slope_of(s));
             let (ko, vo) = (k_at(j), v_at(j));
             for x in 0..d {
                 dv[vo + x] += pr * do_row[x];

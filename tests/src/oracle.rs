@@ -58,6 +58,31 @@ struct RowFacts {
     keys: usize,
 }
 
+/// The score modifiers in f64, written from their definition (FlashAttention-2's softcap and
+/// ALiBi), independently of the library's [`flashattn::ScoreMod`]: for scaled score `s` of query
+/// `t` and key `j` of head `h`, `(logit, ∂logit/∂s)` with
+/// `logit = c·tanh(s/c) − slope_h·|t + len_k − len_q − j|`.
+pub fn logit_f64(
+    problem: &Problem,
+    h: usize,
+    t: usize,
+    j: usize,
+    len_q: usize,
+    len_k: usize,
+    s: f64,
+) -> (f64, f64) {
+    let sm = problem.score_mod(h);
+    let (c, slope) = (f64::from(sm.softcap), f64::from(sm.alibi_slope));
+    let (capped, deriv) = if c > 0.0 {
+        let th = (s / c).tanh();
+        (c * th, 1.0 - th * th)
+    } else {
+        (s, 1.0)
+    };
+    let dist = (t as f64 + len_k as f64 - len_q as f64 - j as f64).abs();
+    (capped - slope * dist, deriv)
+}
+
 /// Reusable buffers of [`oracle_row`].
 #[derive(Default)]
 struct OracleScratch {
@@ -96,8 +121,11 @@ fn oracle_row<X: Copy>(
         // Sequential f64 dot products: Σ q_i·k_i and Σ |q_i·k_i|.
         let dot: f64 = scratch.q_row.iter().zip(k_row).map(|(x, &y)| x * wide(y)).sum();
         let dot_abs: f64 = scratch.q_row.iter().zip(k_row).map(|(x, &y)| (x * wide(y)).abs()).sum();
-        scratch.scores.push((j, scale * dot));
-        magnitude = magnitude.max(scale * dot_abs);
+        let (logit, _) = logit_f64(problem, c.h, t, j, seq.len_q, seq.len_k, scale * dot);
+        scratch.scores.push((j, logit));
+        // With score modifiers the f32 exponent is formed at the logit's size too.
+        magnitude =
+            magnitude.max(scale * dot_abs).max(if problem.has_score_mod() { logit.abs() } else { 0.0 });
     }
     o_row.fill(0.0);
     let keys = scratch.scores.len();
@@ -161,10 +189,17 @@ fn baseline_scores<T: Element>(problem: &Problem, q: &[T], k: &[T], c: &Coord, s
     let kh = c.h / problem.group_size();
     let qo = problem.q().offset(c.b, c.s, c.h);
     let q_row = &q[qo..qo + d];
+    let sm = problem.score_mod(c.h);
     for (j, s) in scores.iter_mut().enumerate() {
         *s = if problem.visible(c.t, j, seq.len_q, seq.len_k) {
             let ko = problem.k().offset(c.b, seq.k_start + j, kh);
-            problem.scale() * round::<T>(dot_f32(q_row, &k[ko..ko + d]))
+            let scaled = problem.scale() * round::<T>(dot_f32(q_row, &k[ko..ko + d]));
+            if problem.has_score_mod() {
+                // The modifiers in the input precision, as PyTorch applies them to the scores.
+                round::<T>(sm.logit(scaled, c.t as u32, j as u32, seq.len_q as u32, seq.len_k as u32))
+            } else {
+                scaled
+            }
         } else {
             f32::NEG_INFINITY
         };

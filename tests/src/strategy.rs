@@ -110,6 +110,8 @@ pub fn spec_with(max_work: usize) -> BoxedStrategy<Spec> {
                 tiles,
                 splits: None,
                 window: flashattn::Window::default(),
+                softcap: None,
+                alibi_slopes: None,
                 layout,
                 values,
             };
@@ -151,4 +153,20 @@ pub fn fit(spec: &mut Spec, max_work: usize) {
             }
         }
     }
+}
+
+/// [`spec`] with score modifiers (CPU path only): a softcap in [0.5, 50), ALiBi slopes (a
+/// geometric series from a base in [0.01, 1), as BLOOM's), or both.
+pub fn spec_with_score_mods() -> BoxedStrategy<Spec> {
+    (spec(), 0..3u8, 0.5f32..50.0, 0.01f32..1.0)
+        .prop_map(|(mut s, kind, cap, base)| {
+            if kind != 1 {
+                s.softcap = Some(cap);
+            }
+            if kind != 0 {
+                s.alibi_slopes = Some((0..s.heads_q).map(|h| base.powi(h as i32 + 1)).collect());
+            }
+            s
+        })
+        .boxed()
 }
