@@ -289,6 +289,83 @@ impl Tiled {
     }
 }
 
+/// Writes new K/V tokens into a cache in place (FlashAttention's `flash_attn_with_kvcache` with
+/// `k`/`v` given): the `n` tokens of entry `b` of `k_new`/`v_new` go to positions
+/// `cache_seqlens[b]..cache_seqlens[b] + n` of `k_cache`/`v_cache`. Attend to the grown cache with
+/// [`attention`] and `AttentionOptions { cache_seqlens: Some(lens + n), .. }`.
+///
+/// The caches are `(batch, capacity, heads_kv, d)`, the new tokens `(batch, n, heads_kv, d)`,
+/// any strides. Everything is checked before anything is written: shapes, buffer lengths, caches
+/// whose elements overlap, one length per entry, and room for the new tokens
+/// ([`InvalidInput::CacheFull`]).
+pub fn append_kv<T: Element>(
+    k_cache: HostTensorMut<'_, T>,
+    v_cache: HostTensorMut<'_, T>,
+    k_new: HostTensor<'_, T>,
+    v_new: HostTensor<'_, T>,
+    cache_seqlens: &[u32],
+) -> Result<()> {
+    let kc = k_cache.layout;
+    for (name, l, len) in [
+        ("k_cache", &k_cache.layout, k_cache.data.len()),
+        ("v_cache", &v_cache.layout, v_cache.data.len()),
+        ("k_new", &k_new.layout, k_new.data.len()),
+        ("v_new", &v_new.layout, v_new.data.len()),
+    ] {
+        let like = if name.ends_with("cache") { kc } else { Layout { seqlen: k_new.layout.seqlen, ..kc } };
+        for (dim, a, b) in [
+            ("batch", l.batch, like.batch),
+            ("seqlen", l.seqlen, like.seqlen),
+            ("heads", l.heads, like.heads),
+            ("head_dim", l.head_dim, like.head_dim),
+        ] {
+            if a != b {
+                return Err(
+                    InvalidInput::ShapeMismatch { what: dim, tensor: name, expected: b, actual: a }.into()
+                );
+            }
+        }
+        let need = l.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
+        if need > len {
+            return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len }.into());
+        }
+        if name.ends_with("cache") && l.overlaps() {
+            return Err(InvalidInput::OverlappingOutput {
+                strides: [l.batch_stride, l.seq_stride, l.head_stride],
+                head_dim: l.head_dim,
+            }
+            .into());
+        }
+    }
+    if cache_seqlens.len() != kc.batch {
+        return Err(InvalidInput::CacheSeqlens {
+            len: cache_seqlens.len(),
+            batch: kc.batch,
+            capacity: kc.seqlen,
+            varlen: false,
+        }
+        .into());
+    }
+    let n = k_new.layout.seqlen;
+    if let Some((entry, &len)) = cache_seqlens.iter().enumerate().find(|&(_, &l)| l as usize + n > kc.seqlen)
+    {
+        return Err(InvalidInput::CacheFull { entry, len, new: n, capacity: kc.seqlen }.into());
+    }
+    let d = kc.head_dim;
+    for (cache, new) in [(k_cache, k_new), (v_cache, v_new)] {
+        for (b, &start) in cache_seqlens.iter().enumerate() {
+            for t in 0..n {
+                for h in 0..kc.heads {
+                    let (dst, src) =
+                        (cache.layout.offset(b, start as usize + t, h), new.layout.offset(b, t, h));
+                    cache.data[dst..dst + d].copy_from_slice(&new.data[src..src + d]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The gradients' destinations of [`attention_backward`]: dQ, dK and dV, each laid out like its
 /// input (same shape; any strides whose elements do not overlap).
 #[derive(Debug)]

@@ -278,6 +278,37 @@ pub enum InvalidInput {
         /// Query heads.
         heads: usize,
     },
+    /// K/V cache lengths: one per batch entry of a fixed-length batch, each at most the cache's
+    /// capacity (K's seqlen).
+    #[error(
+        "cache_seqlens has {len} entries for a batch of {batch}{}; it needs one length per entry, each at \
+         most the cache's capacity of {capacity} tokens",
+        if *varlen { " with variable-length sequences (use one or the other)" } else { "" }
+    )]
+    CacheSeqlens {
+        /// Entries given.
+        len: usize,
+        /// The batch.
+        batch: usize,
+        /// K's seqlen (the capacity).
+        capacity: usize,
+        /// Whether varlen offsets were given too.
+        varlen: bool,
+    },
+    /// New K/V tokens would run past the end of a cache.
+    #[error(
+        "cache entry {entry} holds {len} tokens; {new} more do not fit its capacity of {capacity}: nothing was written"
+    )]
+    CacheFull {
+        /// The batch entry.
+        entry: usize,
+        /// Its current length.
+        len: u32,
+        /// Tokens to append.
+        new: usize,
+        /// The cache's capacity (K's seqlen).
+        capacity: usize,
+    },
     /// Variable-length input must be packed with batch 1.
     #[error("variable-length input must be packed along the token axis with batch 1, got batch {batch}")]
     VarLenBatch {

@@ -115,6 +115,8 @@ pub enum Reason {
     NoBackward,
     /// A softcap or ALiBi slopes: the GPU kernels do not apply them yet (the CPU path does).
     ScoreMod,
+    /// Per-entry K/V cache lengths: the GPU kernels do not read them yet (the CPU path does).
+    KvCache,
 }
 
 impl std::fmt::Display for Reason {
@@ -162,6 +164,9 @@ impl std::fmt::Display for Reason {
             Reason::Window => {
                 f.write_str("a sliding window (not on the GPU yet; `flashattn::cpu::attention` applies it)")
             }
+            Reason::KvCache => f.write_str(
+                "per-entry K/V cache lengths (not on the GPU yet; `flashattn::cpu` runs them, forward and backward)",
+            ),
             Reason::ScoreMod => f.write_str(
                 "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
             ),
@@ -434,9 +439,15 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if !problem.window().is_none() || problem.has_score_mod() {
+    if !problem.window().is_none() || problem.has_score_mod() || problem.cache_seqlens().is_some() {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
-        let reason = if problem.window().is_none() { Reason::ScoreMod } else { Reason::Window };
+        let reason = if !problem.window().is_none() {
+            Reason::Window
+        } else if problem.has_score_mod() {
+            Reason::ScoreMod
+        } else {
+            Reason::KvCache
+        };
         return Err(unsupported(method, reason));
     }
     let mut plan = match opts.method {
@@ -935,6 +946,9 @@ pub fn plan_backward(
     }
     if problem.has_score_mod() {
         return Err(unsupported(method, Reason::ScoreMod));
+    }
+    if problem.cache_seqlens().is_some() {
+        return Err(unsupported(method, Reason::KvCache));
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));

@@ -280,6 +280,12 @@ pub struct AttentionOptions {
     /// `−slope·|t + Nk − Nq − j|` (FlashAttention's `alibi_slopes`). `None`: none. CPU path only
     /// for now (`Reason::ScoreMod` on the GPU).
     pub alibi_slopes: Option<Vec<f32>>,
+    /// A K/V cache (FlashAttention's `cache_seqlens`): in a fixed-length batch, entry `b` uses only
+    /// the first `cache_seqlens[b]` keys of K and V (their `seqlen` is the cache's capacity);
+    /// causal masking aligns to the end of those keys. `None`: every entry uses all of them. See
+    /// [`crate::cpu::append_kv`] for writing new tokens into a cache. CPU path only for now
+    /// (`Reason::KvCache` on the GPU).
+    pub cache_seqlens: Option<Vec<u32>>,
 }
 
 /// The most key splits one query tile may have (split-KV; the combine kernel's limit).
@@ -301,6 +307,7 @@ pub struct Problem {
     varlen: Option<VarLen>,
     softcap: f32,
     alibi_slopes: Option<Vec<f32>>,
+    cache_seqlens: Option<Vec<u32>>,
 }
 
 impl Problem {
@@ -409,6 +416,16 @@ impl Problem {
         {
             return Err(InvalidInput::AlibiSlopes { len: slopes.len(), heads: q.heads });
         }
+        if let Some(lens) = &opts.cache_seqlens
+            && (opts.varlen.is_some() || lens.len() != q.batch || lens.iter().any(|&l| l as usize > k.seqlen))
+        {
+            return Err(InvalidInput::CacheSeqlens {
+                len: lens.len(),
+                batch: q.batch,
+                capacity: k.seqlen,
+                varlen: opts.varlen.is_some(),
+            });
+        }
         // The log-sum-exp output's length must be a number.
         q.batch
             .checked_mul(q.heads)
@@ -425,7 +442,13 @@ impl Problem {
             varlen: opts.varlen.clone(),
             softcap,
             alibi_slopes: opts.alibi_slopes.clone(),
+            cache_seqlens: opts.cache_seqlens.clone(),
         })
+    }
+
+    /// The K/V cache's used lengths per batch entry, if the keys come from a cache.
+    pub fn cache_seqlens(&self) -> Option<&[u32]> {
+        self.cache_seqlens.as_deref()
     }
 
     /// The score modifiers of query head `h` (softcap, ALiBi slope; [`ScoreMod`]).
@@ -519,7 +542,11 @@ impl Problem {
                 q_start: 0,
                 k_start: 0,
                 len_q: self.q.seqlen,
-                len_k: self.k.seqlen,
+                len_k: self
+                    .cache_seqlens
+                    .as_ref()
+                    .and_then(|l| l.get(i))
+                    .map_or(self.k.seqlen, |&l| l as usize),
             },
         }
     }

@@ -129,6 +129,15 @@ fn backward_matches_the_gradient_oracle() {
         (s.softcap, s.alibi_slopes, s.causal) = (softcap, alibi, true);
         specs.push(s);
     }
+    // A K/V cache: per-entry key lengths (an empty entry, a full one), decode and a chunk.
+    for nq in [1, 4] {
+        let mut s = Spec::batch(3, nq, 20, 4, 16);
+        s.heads_k = 2;
+        s.cache_seqlens = Some(vec![5, 0, 20]);
+        s.causal = true;
+        s.tiles = Tiles { block_m: Some(2), block_n: Some(3) };
+        specs.push(s);
+    }
     let mut worst = 0.0f64;
     for (i, s) in specs.iter().enumerate() {
         both(s, 40 + i as u64);

@@ -355,3 +355,97 @@ fn score_modifiers_change_the_result() {
         assert!(err < 1e-5, "{err}");
     }
 }
+
+/// A K/V cache (`cache_seqlens`): each batch entry attends to the first `cache_seqlens[b]` keys
+/// of a cache of capacity 20 (an empty entry, a full one), decode and a 4-token chunk, causal
+/// aligned to the end of the used keys, GQA, every dtype; the keys past each entry's length are
+/// never read (they hold NaN).
+#[test]
+fn kv_cache_lengths_match_the_oracle() {
+    use flashattn_testkit::Case;
+    use rand::SeedableRng;
+    for nq in [1, 4] {
+        for causal in [false, true] {
+            let mut s = spec(3, nq, 20, 4, 16);
+            s.heads_k = 2;
+            s.cache_seqlens = Some(vec![5, 0, 20]);
+            s.causal = causal;
+            s.tiles = Tiles { block_m: Some(2), block_n: Some(3) };
+            all_dtypes(&s);
+            // Poison the unused cache slots: a read of one would show as NaN.
+            let mut case = Case::<f32>::random(&mut rand::rngs::StdRng::seed_from_u64(9), &s);
+            let p = case.problem.clone();
+            for (b, &len) in [5usize, 0, 20].iter().enumerate() {
+                for t in len..20 {
+                    for h in 0..2 {
+                        let (ko, vo) = (p.k().offset(b, t, h), p.v().offset(b, t, h));
+                        case.k[ko..ko + 16].fill(f32::NAN);
+                        case.v[vo..vo + 16].fill(f32::NAN);
+                    }
+                }
+            }
+            let (out, _) = case.run_cpu().unwrap();
+            assert!(out.iter().all(|x| x.is_finite()), "an unused cache slot was read");
+        }
+    }
+}
+
+/// `cpu::append_kv` writes new tokens after each entry's length and nothing else; a batch that
+/// would overflow the cache is refused before anything is written.
+#[test]
+fn append_kv_writes_in_place() {
+    use flashattn::cpu::{HostTensor, HostTensorMut, append_kv};
+    use flashattn::{InvalidInput, Layout};
+    let (cap, heads, d, n) = (8, 2, 4, 3);
+    let lc = Layout::bshd(2, cap, heads, d);
+    let ln = Layout::bshd(2, n, heads, d);
+    let mut kc: Vec<f32> = (0..lc.required_len().unwrap()).map(|i| i as f32).collect();
+    let mut vc = kc.clone();
+    let kn: Vec<f32> = (0..ln.required_len().unwrap()).map(|i| -1.0 - i as f32).collect();
+    let vn: Vec<f32> = kn.iter().map(|x| x * 10.0).collect();
+    let before = kc.clone();
+    append_kv(
+        HostTensorMut { data: &mut kc, layout: lc },
+        HostTensorMut { data: &mut vc, layout: lc },
+        HostTensor { data: &kn, layout: ln },
+        HostTensor { data: &vn, layout: ln },
+        &[2, 5],
+    )
+    .unwrap();
+    for b in 0..2 {
+        let start = [2, 5][b];
+        for t in 0..cap {
+            for h in 0..heads {
+                let o = lc.offset(b, t, h);
+                if (start..start + n).contains(&t) {
+                    let src = ln.offset(b, t - start, h);
+                    assert_eq!(&kc[o..o + d], &kn[src..src + d]);
+                    assert_eq!(&vc[o..o + d], &vn[src..src + d]);
+                } else {
+                    assert_eq!(&kc[o..o + d], &before[o..o + d], "entry {b} token {t} changed");
+                }
+            }
+        }
+    }
+    let snapshot = kc.clone();
+    let r = append_kv(
+        HostTensorMut { data: &mut kc, layout: lc },
+        HostTensorMut { data: &mut vc, layout: lc },
+        HostTensor { data: &kn, layout: ln },
+        HostTensor { data: &vn, layout: ln },
+        &[2, 6],
+    );
+    assert!(
+        matches!(
+            r,
+            Err(flashattn::Error::InvalidInput(InvalidInput::CacheFull {
+                entry: 1,
+                len: 6,
+                new: 3,
+                capacity: 8
+            }))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(kc, snapshot, "a refused append wrote");
+}

@@ -478,6 +478,22 @@ fn score_modifiers_are_refused_on_the_gpu_and_validated() {
         let r = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts);
         assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");
     }
+    // A K/V cache's per-entry lengths: refused too.
+    let lb = Layout::bshd(2, 64, 2, 64);
+    let cache = AttentionOptions { cache_seqlens: Some(vec![3, 64]), ..Default::default() };
+    let r = plan(&h200, DType::BF16, &problem(lb, lb, &cache), &cache);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
+    let lay = [("d_o", &lb), ("dq", &lb), ("dk", &lb), ("dv", &lb)];
+    let r = plan_backward(&h200, DType::BF16, &problem(lb, lb, &cache), &cache, lay);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
+    let lens_b = [lb.required_len().unwrap(); 4];
+    for bad in [vec![3], vec![3, 65]] {
+        let o = AttentionOptions { cache_seqlens: Some(bad.clone()), ..Default::default() };
+        assert!(
+            matches!(Problem::new(lb, lb, lb, lb, lens_b, &o), Err(InvalidInput::CacheSeqlens { .. })),
+            "{bad:?}"
+        );
+    }
     // Zero slopes everywhere modify nothing: the GPU runs it.
     let zero = AttentionOptions { alibi_slopes: Some(vec![0.0, 0.0]), ..Default::default() };
     assert!(plan(&h200, DType::BF16, &problem(l, l, &zero), &zero).is_ok());

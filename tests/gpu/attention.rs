@@ -228,6 +228,7 @@ pub fn spec(
         window: flashattn::Window::default(),
         softcap: None,
         alibi_slopes: None,
+        cache_seqlens: None,
         layout,
         values: Values::Normal,
     }

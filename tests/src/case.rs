@@ -106,6 +106,8 @@ pub struct Spec {
     pub softcap: Option<f32>,
     /// ALiBi slopes, one per query head (`None`: none).
     pub alibi_slopes: Option<Vec<f32>>,
+    /// K/V cache lengths per batch entry (`None`: all of K/V).
+    pub cache_seqlens: Option<Vec<u32>>,
     /// Memory order.
     pub layout: LayoutKind,
     /// Input distribution.
@@ -127,6 +129,7 @@ impl Spec {
             window: flashattn::Window::default(),
             softcap: None,
             alibi_slopes: None,
+            cache_seqlens: None,
             layout: LayoutKind::Bshd,
             values: Values::Uniform,
         }
@@ -178,6 +181,7 @@ impl Spec {
             deterministic: false,
             softcap: self.softcap,
             alibi_slopes: self.alibi_slopes.clone(),
+            cache_seqlens: self.cache_seqlens.clone(),
         }
     }
 

@@ -112,6 +112,7 @@ pub fn spec_with(max_work: usize) -> BoxedStrategy<Spec> {
                 window: flashattn::Window::default(),
                 softcap: None,
                 alibi_slopes: None,
+                cache_seqlens: None,
                 layout,
                 values,
             };
