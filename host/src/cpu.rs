@@ -250,8 +250,8 @@ impl Tiled {
             let cols = bn.min(seq.len_k - j0);
             for c in 0..cols {
                 let j = seq.k_start + j0 + c;
-                load(&mut self.k[c * d..(c + 1) * d], k, p.k().offset(b, j, kh));
-                load(&mut self.v[c * d..(c + 1) * d], v, p.v().offset(b, j, kh));
+                load(&mut self.k[c * d..(c + 1) * d], k, p.kv_offset(false, b, j, kh));
+                load(&mut self.v[c * d..(c + 1) * d], v, p.kv_offset(true, b, j, kh));
             }
             for r in 0..rows {
                 // Keys of this tile that row `r` sees (columns `lo..hi`); the rest score -inf.
@@ -294,25 +294,34 @@ impl Tiled {
 /// `cache_seqlens[b]..cache_seqlens[b] + n` of `k_cache`/`v_cache`. Attend to the grown cache with
 /// [`attention`] and `AttentionOptions { cache_seqlens: Some(lens + n), .. }`.
 ///
-/// The caches are `(batch, capacity, heads_kv, d)`, the new tokens `(batch, n, heads_kv, d)`,
-/// any strides. Everything is checked before anything is written: shapes, buffer lengths, caches
-/// whose elements overlap, one length per entry, and room for the new tokens
-/// ([`InvalidInput::CacheFull`]).
+/// The caches are `(batch, capacity, heads_kv, d)`, or with `block_table` page pools
+/// `(pages, page_size, heads_kv, d)` addressed through it (then the capacity is an entry's
+/// pages); the new tokens are `(batch, n, heads_kv, d)`; any strides. Everything is checked
+/// before anything is written: shapes, buffer lengths, caches whose elements overlap, the table,
+/// one length per entry, and room for the new tokens ([`InvalidInput::CacheFull`]).
 pub fn append_kv<T: Element>(
     k_cache: HostTensorMut<'_, T>,
     v_cache: HostTensorMut<'_, T>,
     k_new: HostTensor<'_, T>,
     v_new: HostTensor<'_, T>,
     cache_seqlens: &[u32],
+    block_table: Option<&crate::problem::BlockTable>,
 ) -> Result<()> {
     let kc = k_cache.layout;
+    let batch = k_new.layout.batch;
+    // What a cache's layout must match: the new tokens' batch (or, paged, the pool's own).
+    let cache_like = Layout { batch: if block_table.is_some() { kc.batch } else { batch }, ..kc };
     for (name, l, len) in [
         ("k_cache", &k_cache.layout, k_cache.data.len()),
         ("v_cache", &v_cache.layout, v_cache.data.len()),
         ("k_new", &k_new.layout, k_new.data.len()),
         ("v_new", &v_new.layout, v_new.data.len()),
     ] {
-        let like = if name.ends_with("cache") { kc } else { Layout { seqlen: k_new.layout.seqlen, ..kc } };
+        let like = if name.ends_with("cache") {
+            cache_like
+        } else {
+            Layout { batch, seqlen: k_new.layout.seqlen, ..kc }
+        };
         for (dim, a, b) in [
             ("batch", l.batch, like.batch),
             ("seqlen", l.seqlen, like.seqlen),
@@ -337,27 +346,30 @@ pub fn append_kv<T: Element>(
             .into());
         }
     }
-    if cache_seqlens.len() != kc.batch {
-        return Err(InvalidInput::CacheSeqlens {
-            len: cache_seqlens.len(),
-            batch: kc.batch,
-            capacity: kc.seqlen,
-            varlen: false,
+    let capacity = match block_table {
+        Some(t) => {
+            crate::problem::check_block_table(t, &Layout { batch, ..k_new.layout }, &kc, false)?;
+            t.pages_per_entry * t.page_size
         }
-        .into());
+        None => kc.seqlen,
+    };
+    if cache_seqlens.len() != batch {
+        return Err(
+            InvalidInput::CacheSeqlens { len: cache_seqlens.len(), batch, capacity, varlen: false }.into()
+        );
     }
     let n = k_new.layout.seqlen;
-    if let Some((entry, &len)) = cache_seqlens.iter().enumerate().find(|&(_, &l)| l as usize + n > kc.seqlen)
-    {
-        return Err(InvalidInput::CacheFull { entry, len, new: n, capacity: kc.seqlen }.into());
+    if let Some((entry, &len)) = cache_seqlens.iter().enumerate().find(|&(_, &l)| l as usize + n > capacity) {
+        return Err(InvalidInput::CacheFull { entry, len, new: n, capacity }.into());
     }
     let d = kc.head_dim;
+    let position = |b: usize, j: usize| block_table.map_or((b, j), |t| t.locate(b, j));
     for (cache, new) in [(k_cache, k_new), (v_cache, v_new)] {
         for (b, &start) in cache_seqlens.iter().enumerate() {
             for t in 0..n {
+                let (bp, row) = position(b, start as usize + t);
                 for h in 0..kc.heads {
-                    let (dst, src) =
-                        (cache.layout.offset(b, start as usize + t, h), new.layout.offset(b, t, h));
+                    let (dst, src) = (cache.layout.offset(bp, row, h), new.layout.offset(b, t, h));
                     cache.data[dst..dst + d].copy_from_slice(&new.data[src..src + d]);
                 }
             }
@@ -428,6 +440,24 @@ pub fn attention_backward<T: Element>(
             ("dv", &grads.dv.layout, grads.dv.data.len()),
         ],
     )?;
+    if let Some(t) = problem.block_table() {
+        // Each used page must belong to one entry: the gradients of a shared page would need
+        // the sum over its entries, which this pass does not form.
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..problem.batch() {
+            let used = problem.sequence(i).len_k.div_ceil(t.page_size);
+            for &page in &t.pages[i * t.pages_per_entry..i * t.pages_per_entry + used] {
+                if !seen.insert(page) {
+                    return Err(InvalidInput::BlockTable {
+                        why: format!(
+                            "page {page} is used by two entries; the backward needs pages of their own"
+                        ),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
     let (block_m, block_n) = tiles(opts)?;
     let inputs = [q.data, k.data, v.data, d_o.data];
     backward_tiled(&problem, inputs, d_o.layout, lse, grads, (block_m, block_n));
@@ -449,7 +479,7 @@ fn backward_tiled<T: Element>(
     let scale = p.scale();
     let scale_log2 = recurrence_scale_log2(p);
     let group = p.group_size();
-    let (lq, lk, lv) = (*p.q(), *p.k(), *p.v());
+    let (lq, lk) = (*p.q(), *p.k());
     // 1. Per query row, from the same recomputed P and dP as the main pass: D = Σ_j P_j·dP_j
     //    (as a pivot and the sum relative to it) and the factor 1/Σ_j P_j that makes the
     //    recomputed P sum to 1. Not rowsum(dO ∘ O): with
@@ -477,10 +507,10 @@ fn backward_tiled<T: Element>(
                 let mut stats = GradRow::new();
                 let sm = p.score_mod(h);
                 for j in p.key_begin(t, seq.len_q, seq.len_k)..p.key_end(t, seq.len_q, seq.len_k) {
-                    load(&mut kv_row, k, lk.offset(b, seq.k_start + j, kh));
+                    load(&mut kv_row, k, p.kv_offset(false, b, seq.k_start + j, kh));
                     let s = logit(p, &sm, dot(&q_row, &kv_row), t, j, &seq);
                     let pr = prob_from_lse(s, scale_log2, lse[row]);
-                    load(&mut kv_row, v, lv.offset(b, seq.k_start + j, kh));
+                    load(&mut kv_row, v, p.kv_offset(true, b, seq.k_start + j, kh));
                     let dp = dot(&do_row, &kv_row);
                     stats.see(pr, dp);
                     stats.add(pr, dp);
@@ -502,8 +532,8 @@ fn backward_tiled<T: Element>(
             for j0 in (0..seq.len_k).step_by(bn) {
                 let cols = bn.min(seq.len_k - j0);
                 for c in 0..cols {
-                    load(&mut kt[c * d..(c + 1) * d], k, lk.offset(b, seq.k_start + j0 + c, kh));
-                    load(&mut vt[c * d..(c + 1) * d], v, lv.offset(b, seq.k_start + j0 + c, kh));
+                    load(&mut kt[c * d..(c + 1) * d], k, p.kv_offset(false, b, seq.k_start + j0 + c, kh));
+                    load(&mut vt[c * d..(c + 1) * d], v, p.kv_offset(true, b, seq.k_start + j0 + c, kh));
                 }
                 dk_acc[..cols * d].fill(0.0);
                 dv_acc[..cols * d].fill(0.0);
@@ -553,10 +583,9 @@ fn backward_tiled<T: Element>(
                     }
                 }
                 for c in 0..cols {
-                    let (ko, vo) = (
-                        dk.layout.offset(b, seq.k_start + j0 + c, kh),
-                        dv.layout.offset(b, seq.k_start + j0 + c, kh),
-                    );
+                    // (A paged cache's gradients land in the pages, like its K and V.)
+                    let (bp, row) = p.kv_position(b, seq.k_start + j0 + c);
+                    let (ko, vo) = (dk.layout.offset(bp, row, kh), dv.layout.offset(bp, row, kh));
                     for x in 0..d {
                         dk.data[ko + x] = T::from_f32(dk_acc[c * d + x]);
                         dv.data[vo + x] = T::from_f32(dv_acc[c * d + x]);

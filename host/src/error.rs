@@ -309,6 +309,12 @@ pub enum InvalidInput {
         /// The cache's capacity (K's seqlen).
         capacity: usize,
     },
+    /// A paged cache's block table does not fit the pools or the batch.
+    #[error("block_table: {why}")]
+    BlockTable {
+        /// What is wrong.
+        why: String,
+    },
     /// Variable-length input must be packed with batch 1.
     #[error("variable-length input must be packed along the token axis with batch 1, got batch {batch}")]
     VarLenBatch {

@@ -37,8 +37,8 @@ pub use plan::{
     plan, plan_backward,
 };
 pub use problem::{
-    AttentionOptions, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence, Tiles, VarLen,
-    Window,
+    AttentionOptions, BlockTable, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence,
+    Tiles, VarLen, Window,
 };
 pub use timing::GpuTimer;
 

@@ -439,7 +439,8 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if !problem.window().is_none() || problem.has_score_mod() || problem.cache_seqlens().is_some() {
+    let cache = problem.cache_seqlens().is_some() || problem.block_table().is_some();
+    if !problem.window().is_none() || problem.has_score_mod() || cache {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
         let reason = if !problem.window().is_none() {
             Reason::Window
@@ -947,7 +948,7 @@ pub fn plan_backward(
     if problem.has_score_mod() {
         return Err(unsupported(method, Reason::ScoreMod));
     }
-    if problem.cache_seqlens().is_some() {
+    if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
         return Err(unsupported(method, Reason::KvCache));
     }
     if opts.splits.is_some_and(|s| s > 1) {

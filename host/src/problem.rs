@@ -286,6 +286,31 @@ pub struct AttentionOptions {
     /// [`crate::cpu::append_kv`] for writing new tokens into a cache. CPU path only for now
     /// (`Reason::KvCache` on the GPU).
     pub cache_seqlens: Option<Vec<u32>>,
+    /// A paged K/V cache (vLLM's layout; FlashAttention's `block_table`): K and V are pools of
+    /// pages, laid out `(pages, page_size, heads_kv, d)`, and entry `b`'s token `j` is row
+    /// `j % page_size` of page `block_table.pages[b·pages_per_entry + j / page_size]`. Needs a
+    /// fixed-length batch; `cache_seqlens` gives each entry's length (else all its pages' tokens).
+    /// CPU path only for now (`Reason::KvCache` on the GPU).
+    pub block_table: Option<BlockTable>,
+}
+
+/// The page table of a paged K/V cache ([`AttentionOptions::block_table`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockTable {
+    /// Tokens per page: a power of two, at least 16.
+    pub page_size: usize,
+    /// Page slots per batch entry (the table's row length).
+    pub pages_per_entry: usize,
+    /// `batch × pages_per_entry` page indices into the pools (slots past an entry's length are
+    /// not read, but must still name a page that exists).
+    pub pages: Vec<u32>,
+}
+
+impl BlockTable {
+    /// Entry `b`'s token `j`: (page, row in the page).
+    pub fn locate(&self, b: usize, j: usize) -> (usize, usize) {
+        (self.pages[b * self.pages_per_entry + j / self.page_size] as usize, j % self.page_size)
+    }
 }
 
 /// The most key splits one query tile may have (split-KV; the combine kernel's limit).
@@ -308,6 +333,7 @@ pub struct Problem {
     softcap: f32,
     alibi_slopes: Option<Vec<f32>>,
     cache_seqlens: Option<Vec<u32>>,
+    block_table: Option<BlockTable>,
 }
 
 impl Problem {
@@ -338,8 +364,10 @@ impl Problem {
                 });
             }
         }
+        // A paged cache's K and V are page pools: their batch is the number of pages.
+        let kv_batch_free = opts.block_table.is_some();
         for (name, l) in [("k", &k), ("v", &v), ("o", &o)] {
-            if l.batch != q.batch {
+            if l.batch != q.batch && !(kv_batch_free && name != "o") {
                 return Err(InvalidInput::ShapeMismatch {
                     what: "batch",
                     tensor: name,
@@ -416,13 +444,29 @@ impl Problem {
         {
             return Err(InvalidInput::AlibiSlopes { len: slopes.len(), heads: q.heads });
         }
+        if v.batch != k.batch {
+            return Err(InvalidInput::ShapeMismatch {
+                what: "batch",
+                tensor: "v",
+                expected: k.batch,
+                actual: v.batch,
+            });
+        }
+        // The capacity of one entry: K's seqlen, or its pages' tokens.
+        let capacity = match &opts.block_table {
+            Some(t) => {
+                check_block_table(t, &q, &k, opts.varlen.is_some())?;
+                t.pages_per_entry * t.page_size
+            }
+            None => k.seqlen,
+        };
         if let Some(lens) = &opts.cache_seqlens
-            && (opts.varlen.is_some() || lens.len() != q.batch || lens.iter().any(|&l| l as usize > k.seqlen))
+            && (opts.varlen.is_some() || lens.len() != q.batch || lens.iter().any(|&l| l as usize > capacity))
         {
             return Err(InvalidInput::CacheSeqlens {
                 len: lens.len(),
                 batch: q.batch,
-                capacity: k.seqlen,
+                capacity,
                 varlen: opts.varlen.is_some(),
             });
         }
@@ -443,7 +487,30 @@ impl Problem {
             softcap,
             alibi_slopes: opts.alibi_slopes.clone(),
             cache_seqlens: opts.cache_seqlens.clone(),
+            block_table: opts.block_table.clone(),
         })
+    }
+
+    /// The paged cache's table, if K and V are page pools.
+    pub fn block_table(&self) -> Option<&BlockTable> {
+        self.block_table.as_ref()
+    }
+
+    /// Element offset of token `j` (of the packed key axis: `seq.k_start + j` for varlen) of
+    /// sequence entry `b`'s K/V head `h`, in K (`v = false`) or V: through the page table for a
+    /// paged cache, else the layout's own. Every K/V read of the CPU path goes through it.
+    pub fn kv_offset(&self, v: bool, b: usize, j: usize, h: usize) -> usize {
+        let (bp, row) = self.kv_position(b, j);
+        if v { self.v.offset(bp, row, h) } else { self.k.offset(bp, row, h) }
+    }
+
+    /// Where token `j` of entry `b` lives in K/V-shaped tensors (K, V, and the gradients dK, dV
+    /// laid out like them): `(page, row)` of a paged cache, else `(b, j)`.
+    pub fn kv_position(&self, b: usize, j: usize) -> (usize, usize) {
+        match &self.block_table {
+            Some(t) => t.locate(b, j),
+            None => (b, j),
+        }
     }
 
     /// The K/V cache's used lengths per batch entry, if the keys come from a cache.
@@ -542,11 +609,10 @@ impl Problem {
                 q_start: 0,
                 k_start: 0,
                 len_q: self.q.seqlen,
-                len_k: self
-                    .cache_seqlens
-                    .as_ref()
-                    .and_then(|l| l.get(i))
-                    .map_or(self.k.seqlen, |&l| l as usize),
+                len_k: self.cache_seqlens.as_ref().and_then(|l| l.get(i)).map_or_else(
+                    || self.block_table.as_ref().map_or(self.k.seqlen, |t| t.pages_per_entry * t.page_size),
+                    |&l| l as usize,
+                ),
             },
         }
     }
@@ -790,6 +856,42 @@ fn validate_varlen(vl: &VarLen, q: &Layout, k: &Layout) -> Result<(), InvalidInp
         if last > total {
             return Err(InvalidInput::VarLenTotal { tensor: name, last, tokens: total });
         }
+    }
+    Ok(())
+}
+
+/// A paged cache's table against Q (the batch) and K (the page pool): a power-of-two page size
+/// of at least 16 that is K's seqlen, one row of `pages_per_entry` slots per batch entry, every
+/// slot a page of the pool; not with varlen offsets.
+pub(crate) fn check_block_table(
+    t: &BlockTable,
+    q: &Layout,
+    k: &Layout,
+    varlen: bool,
+) -> Result<(), InvalidInput> {
+    let bad = |why: String| Err(InvalidInput::BlockTable { why });
+    if varlen {
+        return bad("a paged cache needs a fixed-length batch (no cu_seqlens)".into());
+    }
+    if !t.page_size.is_power_of_two() || t.page_size < 16 {
+        return bad(format!("page_size {} is not a power of two of at least 16", t.page_size));
+    }
+    if k.seqlen != t.page_size {
+        return bad(format!(
+            "K/V page pools have {} tokens a page, the table says {}",
+            k.seqlen, t.page_size
+        ));
+    }
+    if Some(t.pages.len()) != q.batch.checked_mul(t.pages_per_entry) {
+        return bad(format!(
+            "{} page slots for {} entries × {} slots each",
+            t.pages.len(),
+            q.batch,
+            t.pages_per_entry
+        ));
+    }
+    if let Some((i, &p)) = t.pages.iter().enumerate().find(|&(_, &p)| p as usize >= k.batch) {
+        return bad(format!("slot {i} names page {p}, the pools hold {} pages", k.batch));
     }
     Ok(())
 }

@@ -410,6 +410,7 @@ fn append_kv_writes_in_place() {
         HostTensor { data: &kn, layout: ln },
         HostTensor { data: &vn, layout: ln },
         &[2, 5],
+        None,
     )
     .unwrap();
     for b in 0..2 {
@@ -434,6 +435,7 @@ fn append_kv_writes_in_place() {
         HostTensor { data: &kn, layout: ln },
         HostTensor { data: &vn, layout: ln },
         &[2, 6],
+        None,
     );
     assert!(
         matches!(

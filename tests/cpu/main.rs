@@ -10,6 +10,7 @@ mod backward;
 mod cases;
 mod explain;
 mod holes;
+mod paged;
 mod plan;
 mod props;
 mod validation;

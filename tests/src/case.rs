@@ -182,6 +182,7 @@ impl Spec {
             softcap: self.softcap,
             alibi_slopes: self.alibi_slopes.clone(),
             cache_seqlens: self.cache_seqlens.clone(),
+            block_table: None,
         }
     }
 

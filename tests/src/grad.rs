@@ -57,8 +57,8 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
         let qo = problem.q().offset(c.b, c.s, c.h);
         let oo = problem.o().offset(c.b, c.s, c.h);
         let (q_row, do_row) = (&q[qo..qo + d], &d_o[oo..oo + d]);
-        let k_at = |j: usize| problem.k().offset(c.b, seq.k_start + j, kh);
-        let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
+        let k_at = |j: usize| problem.kv_offset(false, c.b, seq.k_start + j, kh);
+        let v_at = |j: usize| problem.kv_offset(true, c.b, seq.k_start + j, kh);
         // Scaled scores of the visible keys, then the row's log-sum-exp.
         keys.clear();
         derivs.clear();
@@ -131,8 +131,8 @@ pub fn baseline_backward<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T
         if visible.is_empty() {
             return;
         }
-        let k_at = |j: usize| problem.k().offset(c.b, seq.k_start + j, kh);
-        let v_at = |j: usize| problem.v().offset(c.b, seq.k_start + j, kh);
+        let k_at = |j: usize| problem.kv_offset(false, c.b, seq.k_start + j, kh);
+        let v_at = |j: usize| problem.kv_offset(true, c.b, seq.k_start + j, kh);
         // Scores in the input precision, then the modifiers in it too (as PyTorch applies them).
         let sm = problem.score_mod(c.h);
         let raw: Vec<f32> = visible.iter().map(|&j| scale * round(dot(&q_row, &row(k, k_at(j))))).collect();
@@ -178,8 +178,8 @@ pub fn for_each_gradient(problem: &Problem, mut f: impl FnMut(usize, usize)) {
         let seq = problem.sequence(i);
         for kh in 0..problem.k().heads {
             for j in 0..seq.len_k {
-                let ko = problem.k().offset(seq.batch_index, seq.k_start + j, kh);
-                let vo = problem.v().offset(seq.batch_index, seq.k_start + j, kh);
+                let ko = problem.kv_offset(false, seq.batch_index, seq.k_start + j, kh);
+                let vo = problem.kv_offset(true, seq.batch_index, seq.k_start + j, kh);
                 (ko..ko + d).for_each(|x| f(1, x));
                 (vo..vo + d).for_each(|x| f(2, x));
             }

@@ -116,7 +116,7 @@ fn oracle_row<X: Copy>(
         if !problem.visible(t, j, seq.len_q, seq.len_k) {
             continue;
         }
-        let ko = problem.k().offset(b, seq.k_start + j, kh);
+        let ko = problem.kv_offset(false, b, seq.k_start + j, kh);
         let k_row = &k[ko..ko + d];
         // Sequential f64 dot products: Σ q_i·k_i and Σ |q_i·k_i|.
         let dot: f64 = scratch.q_row.iter().zip(k_row).map(|(x, &y)| x * wide(y)).sum();
@@ -137,7 +137,7 @@ fn oracle_row<X: Copy>(
     for &(j, s) in &scratch.scores {
         let w = (s - max).exp();
         norm += w;
-        let vo = problem.v().offset(b, seq.k_start + j, kh);
+        let vo = problem.kv_offset(true, b, seq.k_start + j, kh);
         for (o, &x) in o_row.iter_mut().zip(&v[vo..vo + d]) {
             *o += w * wide(x);
         }
@@ -192,7 +192,7 @@ fn baseline_scores<T: Element>(problem: &Problem, q: &[T], k: &[T], c: &Coord, s
     let sm = problem.score_mod(c.h);
     for (j, s) in scores.iter_mut().enumerate() {
         *s = if problem.visible(c.t, j, seq.len_q, seq.len_k) {
-            let ko = problem.k().offset(c.b, seq.k_start + j, kh);
+            let ko = problem.kv_offset(false, c.b, seq.k_start + j, kh);
             let scaled = problem.scale() * round::<T>(dot_f32(q_row, &k[ko..ko + d]));
             if problem.has_score_mod() {
                 // The modifiers in the input precision, as PyTorch applies them to the scores.
@@ -234,7 +234,7 @@ fn baseline_finish<T: Element>(
     acc.resize(d, 0.0);
     for (j, &e) in scores.iter().enumerate().filter(|(_, s)| **s != f32::NEG_INFINITY) {
         let p = round::<T>(e / norm);
-        let vo = problem.v().offset(c.b, seq.k_start + j, kh);
+        let vo = problem.kv_offset(true, c.b, seq.k_start + j, kh);
         for (o, x) in acc.iter_mut().zip(&v[vo..vo + d]) {
             *o += p * x.to_f32();
         }

@@ -1,0 +1,243 @@
+//! A paged K/V cache (`AttentionOptions::block_table`) on the CPU path: the same problem as a
+//! contiguous cache, scattered into shuffled pages of a pool, gives bit-identical outputs and
+//! gradients, and meets the oracle (which reads through the table too); bad tables are typed
+//! errors.
+
+use flashattn::cpu::{self, Gradients, HostTensor, HostTensorMut};
+use flashattn::{AttentionOptions, BlockTable, Element, InvalidInput, Layout, Problem, bf16, f16};
+use flashattn_testkit::{Case, Spec};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::run_on;
+
+const PAGE: usize = 16;
+
+/// A contiguous-cache case and the same data in a paged pool: (contiguous, paged).
+fn cases<T: Element>(nq: usize, causal: bool) -> (Case<T>, Case<T>) {
+    let (b, cap, hq, hk, d) = (3, 48, 4, 2, 16);
+    let mut s = Spec::batch(b, nq, cap, hq, d);
+    s.heads_k = hk;
+    s.causal = causal;
+    s.cache_seqlens = Some(vec![20, 0, 48]);
+    let contiguous = Case::<T>::random(&mut StdRng::seed_from_u64(11 + nq as u64), &s);
+    // 3 entries × 3 page slots over a pool of 11 pages, shuffled; pages 0 and 5 unused.
+    let table = BlockTable { page_size: PAGE, pages_per_entry: 3, pages: vec![7, 2, 9, 1, 4, 10, 3, 8, 6] };
+    let pool = Layout::bshd(11, PAGE, hk, d);
+    let p = &contiguous.problem;
+    let nan = T::from_f32(f32::NAN);
+    let (mut kp, mut vp) = (vec![nan; pool.required_len().unwrap()], vec![nan; pool.required_len().unwrap()]);
+    for e in 0..b {
+        for j in 0..cap {
+            let (page, row) = table.locate(e, j);
+            for h in 0..hk {
+                let (src, dst) = (p.k().offset(e, j, h), pool.offset(page, row, h));
+                kp[dst..dst + d].copy_from_slice(&contiguous.k[src..src + d]);
+                let (src, dst) = (p.v().offset(e, j, h), pool.offset(page, row, h));
+                vp[dst..dst + d].copy_from_slice(&contiguous.v[src..src + d]);
+            }
+        }
+    }
+    let opts = AttentionOptions { block_table: Some(table), ..contiguous.opts.clone() };
+    let paged =
+        Case::from_data([*p.q(), pool, pool, *p.o()], opts, contiguous.values, contiguous.q.clone(), kp, vp)
+            .expect("a valid paged problem");
+    (contiguous, paged)
+}
+
+fn forward_and_backward<T: Element>() {
+    for nq in [1, 5] {
+        for causal in [false, true] {
+            let (c, pg) = cases::<T>(nq, causal);
+            run_on(&pg).unwrap_or_else(|e| panic!("{e}"));
+            let (oc, lc) = c.run_cpu().unwrap();
+            let (op, lp) = pg.run_cpu().unwrap();
+            let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&oc), bits(&op), "paged output differs (nq {nq}, causal {causal})");
+            assert_eq!(
+                lc.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                lp.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+            // The backward: dQ equal, dK/dV equal once gathered from the pages.
+            let d_o: Vec<T> =
+                (0..oc.len()).map(|i| T::from_f32(((i * 37 % 101) as f32 - 50.0) / 50.0)).collect();
+            let grads = |case: &Case<T>, out: &[T], lse: &[f32]| {
+                let p = &case.problem;
+                let nan = T::from_f32(f32::NAN);
+                let (mut dq, mut dk, mut dv) =
+                    (vec![nan; case.q.len()], vec![nan; case.k.len()], vec![nan; case.v.len()]);
+                cpu::attention_backward(
+                    HostTensor { data: &case.q, layout: *p.q() },
+                    HostTensor { data: &case.k, layout: *p.k() },
+                    HostTensor { data: &case.v, layout: *p.v() },
+                    HostTensor { data: out, layout: *p.o() },
+                    lse,
+                    HostTensor { data: &d_o, layout: *p.o() },
+                    Gradients {
+                        dq: HostTensorMut { data: &mut dq, layout: *p.q() },
+                        dk: HostTensorMut { data: &mut dk, layout: *p.k() },
+                        dv: HostTensorMut { data: &mut dv, layout: *p.v() },
+                    },
+                    &case.opts,
+                )
+                .unwrap();
+                (dq, dk, dv)
+            };
+            let (dqc, dkc, dvc) = grads(&c, &oc, &lc);
+            let (dqp, dkp, dvp) = grads(&pg, &op, &lp);
+            assert_eq!(bits(&dqc), bits(&dqp));
+            let (pc, pp) = (&c.problem, &pg.problem);
+            for e in 0..3 {
+                for j in 0..pc.sequence(e).len_k {
+                    for h in 0..2 {
+                        let (a, b) = (pc.kv_offset(false, e, j, h), pp.kv_offset(false, e, j, h));
+                        assert_eq!(bits(&dkc[a..a + 16]), bits(&dkp[b..b + 16]), "dk entry {e} token {j}");
+                        let (a, b) = (pc.kv_offset(true, e, j, h), pp.kv_offset(true, e, j, h));
+                        assert_eq!(bits(&dvc[a..a + 16]), bits(&dvp[b..b + 16]), "dv entry {e} token {j}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn paged_equals_contiguous_f32() {
+    forward_and_backward::<f32>();
+}
+
+#[test]
+fn paged_equals_contiguous_half() {
+    forward_and_backward::<f16>();
+    forward_and_backward::<bf16>();
+}
+
+/// Bad tables: a page size that is not a power of two ≥ 16 or not the pools', a table of the
+/// wrong length, a slot past the pool, varlen; a page shared by two entries is refused by the
+/// backward (its gradients would need summing) but not by the forward.
+#[test]
+fn bad_block_tables_are_typed_errors() {
+    let (q, pool) = (Layout::bshd(2, 1, 2, 16), Layout::bshd(4, 16, 2, 16));
+    let lens = [
+        q.required_len().unwrap(),
+        pool.required_len().unwrap(),
+        pool.required_len().unwrap(),
+        q.required_len().unwrap(),
+    ];
+    let with = |t: BlockTable| AttentionOptions { block_table: Some(t), ..Default::default() };
+    let good = BlockTable { page_size: 16, pages_per_entry: 2, pages: vec![0, 1, 2, 3] };
+    assert!(Problem::new(q, pool, pool, q, lens, &with(good.clone())).is_ok());
+    for bad in [
+        BlockTable { page_size: 8, ..good.clone() },
+        BlockTable { page_size: 32, ..good.clone() },
+        BlockTable { pages: vec![0, 1, 2], ..good.clone() },
+        BlockTable { pages: vec![0, 1, 2, 4], ..good.clone() },
+    ] {
+        let r = Problem::new(q, pool, pool, q, lens, &with(bad.clone()));
+        assert!(matches!(r, Err(InvalidInput::BlockTable { .. })), "{bad:?}: {r:?}");
+    }
+    let too_long = AttentionOptions { cache_seqlens: Some(vec![32, 33]), ..with(good.clone()) };
+    assert!(matches!(
+        Problem::new(q, pool, pool, q, lens, &too_long),
+        Err(InvalidInput::CacheSeqlens { .. })
+    ));
+    // A page shared by both entries: the forward runs, the backward refuses before writing.
+    let shared = AttentionOptions {
+        cache_seqlens: Some(vec![20, 20]),
+        ..with(BlockTable { pages: vec![0, 1, 0, 2], ..good })
+    };
+    let data = |n: usize| (0..n).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<f32>>();
+    let (qd, kd, vd) = (data(lens[0]), data(lens[1]), data(lens[2]));
+    let mut out = vec![0.0f32; lens[3]];
+    let mut lse = vec![0.0f32; 4];
+    cpu::attention(
+        HostTensor { data: &qd, layout: q },
+        HostTensor { data: &kd, layout: pool },
+        HostTensor { data: &vd, layout: pool },
+        HostTensorMut { data: &mut out, layout: q },
+        Some(&mut lse),
+        &shared,
+    )
+    .unwrap();
+    let (mut dq, mut dk, mut dv) =
+        (vec![f32::NAN; lens[0]], vec![f32::NAN; lens[1]], vec![f32::NAN; lens[2]]);
+    let r = cpu::attention_backward(
+        HostTensor { data: &qd, layout: q },
+        HostTensor { data: &kd, layout: pool },
+        HostTensor { data: &vd, layout: pool },
+        HostTensor { data: &out, layout: q },
+        &lse,
+        HostTensor { data: &out, layout: q },
+        Gradients {
+            dq: HostTensorMut { data: &mut dq, layout: q },
+            dk: HostTensorMut { data: &mut dk, layout: pool },
+            dv: HostTensorMut { data: &mut dv, layout: pool },
+        },
+        &shared,
+    );
+    assert!(matches!(r, Err(flashattn::Error::InvalidInput(InvalidInput::BlockTable { .. }))), "{r:?}");
+    assert!(dq.iter().chain(&dk).chain(&dv).all(|x| x.is_nan()), "a refused backward wrote");
+}
+
+/// `append_kv` through a page table writes the same tokens as into a contiguous cache (entry
+/// lengths that cross a page boundary), and refuses an overflow before writing.
+#[test]
+fn append_into_pages() {
+    use flashattn::cpu::append_kv;
+    let (hk, d, n) = (2, 4, 5);
+    let table = BlockTable { page_size: PAGE, pages_per_entry: 2, pages: vec![3, 0, 2, 1] };
+    let pool = Layout::bshd(4, PAGE, hk, d);
+    let flat = Layout::bshd(2, 2 * PAGE, hk, d);
+    let new = Layout::bshd(2, n, hk, d);
+    let kn: Vec<f32> = (0..new.required_len().unwrap()).map(|i| i as f32 + 0.5).collect();
+    let vn: Vec<f32> = kn.iter().map(|x| -x).collect();
+    let lens = [14u32, 27];
+    let (mut kp, mut vp) =
+        (vec![0.0f32; pool.required_len().unwrap()], vec![0.0f32; pool.required_len().unwrap()]);
+    let (mut kf, mut vf) =
+        (vec![0.0f32; flat.required_len().unwrap()], vec![0.0f32; flat.required_len().unwrap()]);
+    let new_k = HostTensor { data: &kn, layout: new };
+    let new_v = HostTensor { data: &vn, layout: new };
+    append_kv(
+        HostTensorMut { data: &mut kp, layout: pool },
+        HostTensorMut { data: &mut vp, layout: pool },
+        new_k,
+        new_v,
+        &lens,
+        Some(&table),
+    )
+    .unwrap();
+    append_kv(
+        HostTensorMut { data: &mut kf, layout: flat },
+        HostTensorMut { data: &mut vf, layout: flat },
+        new_k,
+        new_v,
+        &lens,
+        None,
+    )
+    .unwrap();
+    for e in 0..2 {
+        for j in 0..2 * PAGE {
+            let (page, row) = table.locate(e, j);
+            for h in 0..hk {
+                let (a, b) = (flat.offset(e, j, h), pool.offset(page, row, h));
+                assert_eq!(&kf[a..a + d], &kp[b..b + d], "entry {e} token {j}");
+                assert_eq!(&vf[a..a + d], &vp[b..b + d], "entry {e} token {j}");
+            }
+        }
+    }
+    let before = kp.clone();
+    let r = append_kv(
+        HostTensorMut { data: &mut kp, layout: pool },
+        HostTensorMut { data: &mut vp, layout: pool },
+        new_k,
+        new_v,
+        &[14, 28],
+        Some(&table),
+    );
+    assert!(
+        matches!(r, Err(flashattn::Error::InvalidInput(InvalidInput::CacheFull { entry: 1, .. }))),
+        "{r:?}"
+    );
+    assert_eq!(kp, before);
+}
