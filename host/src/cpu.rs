@@ -307,6 +307,20 @@ pub fn append_kv<T: Element>(
     cache_seqlens: &[u32],
     block_table: Option<&crate::problem::BlockTable>,
 ) -> Result<()> {
+    check_append(&k_cache, &v_cache, &k_new, &v_new, cache_seqlens, block_table)?;
+    write_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table);
+    Ok(())
+}
+
+/// [`append_kv`]'s checks, before any write.
+fn check_append<T: Element>(
+    k_cache: &HostTensorMut<'_, T>,
+    v_cache: &HostTensorMut<'_, T>,
+    k_new: &HostTensor<'_, T>,
+    v_new: &HostTensor<'_, T>,
+    cache_seqlens: &[u32],
+    block_table: Option<&crate::problem::BlockTable>,
+) -> Result<()> {
     let kc = k_cache.layout;
     let batch = k_new.layout.batch;
     // What a cache's layout must match: the new tokens' batch (or, paged, the pool's own).
@@ -362,6 +376,20 @@ pub fn append_kv<T: Element>(
     if let Some((entry, &len)) = cache_seqlens.iter().enumerate().find(|&(_, &l)| l as usize + n > capacity) {
         return Err(InvalidInput::CacheFull { entry, len, new: n, capacity }.into());
     }
+    Ok(())
+}
+
+/// [`append_kv`]'s writes, on checked arguments.
+fn write_append<T: Element>(
+    k_cache: HostTensorMut<'_, T>,
+    v_cache: HostTensorMut<'_, T>,
+    k_new: HostTensor<'_, T>,
+    v_new: HostTensor<'_, T>,
+    cache_seqlens: &[u32],
+    block_table: Option<&crate::problem::BlockTable>,
+) {
+    let kc = k_cache.layout;
+    let n = k_new.layout.seqlen;
     let d = kc.head_dim;
     let position = |b: usize, j: usize| block_table.map_or((b, j), |t| t.locate(b, j));
     for (cache, new) in [(k_cache, k_new), (v_cache, v_new)] {
@@ -375,6 +403,65 @@ pub fn append_kv<T: Element>(
             }
         }
     }
+}
+
+/// FlashAttention's `flash_attn_with_kvcache` in one call: appends `new_kv` (if given) to the
+/// cache after each entry's `opts.cache_seqlens` (the lengths *before* the new tokens; required),
+/// then attends `q` to the grown cache (lengths + new tokens; causal aligned to their end). The
+/// cache is contiguous, or paged with `opts.block_table`. Everything — the append's checks and
+/// the attention's — is checked before anything is written.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_with_kvcache<T: Element>(
+    q: HostTensor<'_, T>,
+    k_cache: HostTensorMut<'_, T>,
+    v_cache: HostTensorMut<'_, T>,
+    new_kv: Option<(HostTensor<'_, T>, HostTensor<'_, T>)>,
+    out: HostTensorMut<'_, T>,
+    lse: Option<&mut [f32]>,
+    opts: &AttentionOptions,
+) -> Result<()> {
+    let before = opts.cache_seqlens.clone().ok_or(InvalidInput::CacheSeqlens {
+        len: 0,
+        batch: q.layout.batch,
+        capacity: k_cache.layout.seqlen,
+        varlen: opts.varlen.is_some(),
+    })?;
+    let n = new_kv.as_ref().map_or(0, |(k, _)| k.layout.seqlen);
+    // The lengths after the append (an overflow of u32 is an overflow of the cache too).
+    let after: Vec<u32> = before.iter().map(|&l| l.saturating_add(n.min(u32::MAX as usize) as u32)).collect();
+    if let Some((k_new, v_new)) = &new_kv {
+        check_append(&k_cache, &v_cache, k_new, v_new, &before, opts.block_table.as_ref())?;
+    }
+    let grown = AttentionOptions { cache_seqlens: Some(after), ..opts.clone() };
+    let problem = Problem::new(
+        q.layout,
+        k_cache.layout,
+        v_cache.layout,
+        out.layout,
+        [q.data.len(), k_cache.data.len(), v_cache.data.len(), out.data.len()],
+        &grown,
+    )?;
+    problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
+    let (block_m, block_n) = tiles(&grown)?;
+    let (kl, vl) = (k_cache.layout, v_cache.layout);
+    let (k_data, v_data): (&[T], &[T]) = match new_kv {
+        Some((k_new, v_new)) => {
+            let (kc, vc) = (k_cache.data, v_cache.data);
+            write_append(
+                HostTensorMut { data: &mut *kc, layout: kl },
+                HostTensorMut { data: &mut *vc, layout: vl },
+                k_new,
+                v_new,
+                &before,
+                opts.block_table.as_ref(),
+            );
+            (kc, vc)
+        }
+        None => (k_cache.data, v_cache.data),
+    };
+    let mut tiled = Tiled::new(&problem, block_m, block_n);
+    tiled.splits = grown.splits.unwrap_or(1);
+    tiled.run(&problem, q.data, k_data, v_data, out.data, lse);
     Ok(())
 }
 

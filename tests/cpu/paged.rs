@@ -241,3 +241,73 @@ fn append_into_pages() {
     );
     assert_eq!(kp, before);
 }
+
+/// `attention_with_kvcache` = `append_kv` then `attention` on the grown cache (paged here), bit
+/// for bit; a call that fails its checks (a log-sum-exp buffer too small) appends nothing.
+#[test]
+fn attention_with_kvcache_appends_then_attends() {
+    use flashattn::cpu::{append_kv, attention_with_kvcache};
+    let (c, pg) = cases::<f32>(2, true);
+    let p = &pg.problem;
+    let table = pg.opts.block_table.clone().unwrap();
+    // Lengths before the append: 20 → 23, 0 → 3, 45 → 48 (full).
+    let before = vec![20u32, 0, 45];
+    let new = Layout::bshd(3, 3, 2, 16);
+    let kn: Vec<f32> = (0..new.required_len().unwrap()).map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0).collect();
+    let vn: Vec<f32> = kn.iter().map(|x| x * 0.5 - 0.1).collect();
+    let opts = AttentionOptions { cache_seqlens: Some(before.clone()), ..pg.opts.clone() };
+    // Two steps, by hand.
+    let (mut k1, mut v1) = (pg.k.clone(), pg.v.clone());
+    append_kv(
+        HostTensorMut { data: &mut k1, layout: *p.k() },
+        HostTensorMut { data: &mut v1, layout: *p.v() },
+        HostTensor { data: &kn, layout: new },
+        HostTensor { data: &vn, layout: new },
+        &before,
+        Some(&table),
+    )
+    .unwrap();
+    let after = AttentionOptions { cache_seqlens: Some(vec![23, 3, 48]), ..pg.opts.clone() };
+    let (mut o1, mut l1) = (vec![0.0f32; pg.out_len()], vec![0.0f32; pg.lse_len()]);
+    cpu::attention(
+        HostTensor { data: &pg.q, layout: *p.q() },
+        HostTensor { data: &k1, layout: *p.k() },
+        HostTensor { data: &v1, layout: *p.v() },
+        HostTensorMut { data: &mut o1, layout: *p.o() },
+        Some(&mut l1),
+        &after,
+    )
+    .unwrap();
+    // One call.
+    let (mut k2, mut v2) = (pg.k.clone(), pg.v.clone());
+    let (mut o2, mut l2) = (vec![0.0f32; pg.out_len()], vec![0.0f32; pg.lse_len()]);
+    attention_with_kvcache(
+        HostTensor { data: &pg.q, layout: *p.q() },
+        HostTensorMut { data: &mut k2, layout: *p.k() },
+        HostTensorMut { data: &mut v2, layout: *p.v() },
+        Some((HostTensor { data: &kn, layout: new }, HostTensor { data: &vn, layout: new })),
+        HostTensorMut { data: &mut o2, layout: *p.o() },
+        Some(&mut l2),
+        &opts,
+    )
+    .unwrap();
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&k1), bits(&k2));
+    assert_eq!(bits(&o1), bits(&o2));
+    assert_eq!(bits(&l1), bits(&l2));
+    // A failing call writes nothing: the log-sum-exp buffer is one short.
+    let (mut k3, mut v3) = (pg.k.clone(), pg.v.clone());
+    let mut l3 = vec![0.0f32; pg.lse_len() - 1];
+    let r = attention_with_kvcache(
+        HostTensor { data: &pg.q, layout: *p.q() },
+        HostTensorMut { data: &mut k3, layout: *p.k() },
+        HostTensorMut { data: &mut v3, layout: *p.v() },
+        Some((HostTensor { data: &kn, layout: new }, HostTensor { data: &vn, layout: new })),
+        HostTensorMut { data: &mut o2, layout: *p.o() },
+        Some(&mut l3),
+        &opts,
+    );
+    assert!(r.is_err());
+    assert_eq!(bits(&k3), bits(&pg.k), "a refused call appended");
+    let _ = c;
+}
