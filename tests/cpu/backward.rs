@@ -167,6 +167,13 @@ proptest! {
         run::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
     }
 
+    /// K/V caches (per-entry key lengths) through the backward.
+    #[test]
+    fn kv_cache_gradients_match_oracle(spec in flashattn_testkit::strategy::spec_with_cache(), seed in any::<u64>()) {
+        run::<f16>(&spec, seed).map_err(TestCaseError::fail)?;
+        run::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
+
     /// Softcaps and ALiBi through the backward.
     #[test]
     fn score_mod_gradients_match_oracle(

@@ -34,6 +34,14 @@ proptest! {
 proptest! {
     #![proptest_config(config(64))]
 
+    /// K/V caches (per-entry key lengths, CPU path) on the random specs.
+    #[test]
+    fn kv_cache_matches_oracle(spec in strategy::spec_with_cache(), seed in any::<u64>()) {
+        run_case::<f32>(&spec, seed).map_err(TestCaseError::fail)?;
+        run_case::<bf16>(&spec, seed).map_err(TestCaseError::fail)?;
+        run_case::<f16>(&spec, seed).map_err(TestCaseError::fail)?;
+    }
+
     /// Softcaps and ALiBi (CPU path) on the random specs.
     #[test]
     fn score_mods_match_oracle(spec in strategy::spec_with_score_mods(), seed in any::<u64>()) {

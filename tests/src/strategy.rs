@@ -171,3 +171,31 @@ pub fn spec_with_score_mods() -> BoxedStrategy<Spec> {
         })
         .boxed()
 }
+
+/// [`spec`] with a K/V cache (CPU path only): fixed-length batches get per-entry key lengths in
+/// `0..=seqlen_k` (empty and full entries included); varlen specs are left as they are.
+pub fn spec_with_cache() -> BoxedStrategy<Spec> {
+    (spec(), proptest::collection::vec(0.0f64..=1.0, 1..=8))
+        .prop_map(|(mut s, fractions)| {
+            if let Sequences::Batch { batch, seqlen_k, .. } = s.sequences {
+                s.cache_seqlens = Some(
+                    (0..batch)
+                        .map(|b| {
+                            let f = fractions[b % fractions.len()];
+                            // Ends of the range half the time: empty and full entries.
+                            let f = if f < 0.15 {
+                                0.0
+                            } else if f > 0.85 {
+                                1.0
+                            } else {
+                                f
+                            };
+                            (f * seqlen_k as f64).round() as u32
+                        })
+                        .collect(),
+                );
+            }
+            s
+        })
+        .boxed()
+}
