@@ -250,8 +250,9 @@ fn attention_with_kvcache_appends_then_attends() {
     let (c, pg) = cases::<f32>(2, true);
     let p = &pg.problem;
     let table = pg.opts.block_table.clone().unwrap();
-    // Lengths before the append: 20 → 23, 0 → 3, 45 → 48 (full).
-    let before = vec![20u32, 0, 45];
+    // Lengths before the append: 14 → 17 (across a page boundary), 0 → 3 (an empty entry),
+    // 45 → 48 (to the last token of its last page).
+    let before = vec![14u32, 0, 45];
     let new = Layout::bshd(3, 3, 2, 16);
     let kn: Vec<f32> = (0..new.required_len().unwrap()).map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0).collect();
     let vn: Vec<f32> = kn.iter().map(|x| x * 0.5 - 0.1).collect();
@@ -267,7 +268,7 @@ fn attention_with_kvcache_appends_then_attends() {
         Some(&table),
     )
     .unwrap();
-    let after = AttentionOptions { cache_seqlens: Some(vec![23, 3, 48]), ..pg.opts.clone() };
+    let after = AttentionOptions { cache_seqlens: Some(vec![17, 3, 48]), ..pg.opts.clone() };
     let (mut o1, mut l1) = (vec![0.0f32; pg.out_len()], vec![0.0f32; pg.lse_len()]);
     cpu::attention(
         HostTensor { data: &pg.q, layout: *p.q() },
@@ -295,6 +296,18 @@ fn attention_with_kvcache_appends_then_attends() {
     assert_eq!(bits(&k1), bits(&k2));
     assert_eq!(bits(&o1), bits(&o2));
     assert_eq!(bits(&l1), bits(&l2));
+    // And against the oracle on the grown cache (which reads the appended tokens through the
+    // table): the tolerance rule on every output and log-sum-exp.
+    let grown = Case::from_data(
+        [*p.q(), *p.k(), *p.v(), *p.o()],
+        after.clone(),
+        pg.values,
+        pg.q.clone(),
+        k2.clone(),
+        v2.clone(),
+    )
+    .expect("a valid grown problem");
+    flashattn_testkit::check(&grown, &o2, Some(&l2)).unwrap_or_else(|e| panic!("{e}"));
     // A failing call writes nothing: the log-sum-exp buffer is one short.
     let (mut k3, mut v3) = (pg.k.clone(), pg.v.clone());
     let mut l3 = vec![0.0f32; pg.lse_len() - 1];
