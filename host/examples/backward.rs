@@ -74,40 +74,30 @@ fn run<T: Element>(dev: &Device, dims: &[usize]) -> Result<(), Box<dyn std::erro
                     dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), Some(&mut lse), &opts)
                         .map(|_| ())
                 })?;
-                let mut extra = 0;
-                let (bwd, spread) = time_ms(dev, 20, || {
-                    let grads =
-                        DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
-                    let plan = dev.attention_backward(
-                        q.view(l),
-                        k.view(l),
-                        v.view(l),
-                        out.view(l),
-                        &lse,
-                        d_o.view(l),
-                        grads,
-                        &opts,
-                    )?;
-                    extra = plan.scratch_bytes;
-                    Ok(())
-                })?;
-                // The deterministic mode (key tiles add to dQ in a fixed order).
-                let det_opts = AttentionOptions { deterministic: true, ..opts.clone() };
-                let (det, _) = time_ms(dev, 20, || {
-                    let grads =
-                        DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
-                    dev.attention_backward(
-                        q.view(l),
-                        k.view(l),
-                        v.view(l),
-                        out.view(l),
-                        &lse,
-                        d_o.view(l),
-                        grads,
-                        &det_opts,
-                    )
-                    .map(|_| ())
-                })?;
+                // The backward, plain and in the deterministic mode (key tiles add to dQ in a
+                // fixed order); the extra device memory from the plan.
+                let mut time_backward = |opts: &AttentionOptions| -> flashattn::Result<((f32, f32), u64)> {
+                    let mut extra = 0;
+                    let t = time_ms(dev, 20, || {
+                        let grads =
+                            DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
+                        let plan = dev.attention_backward(
+                            q.view(l),
+                            k.view(l),
+                            v.view(l),
+                            out.view(l),
+                            &lse,
+                            d_o.view(l),
+                            grads,
+                            opts,
+                        )?;
+                        extra = plan.scratch_bytes;
+                        Ok(())
+                    })?;
+                    Ok((t, extra))
+                };
+                let ((bwd, spread), extra) = time_backward(&opts)?;
+                let ((det, _), _) = time_backward(&AttentionOptions { deterministic: true, ..opts.clone() })?;
                 let tf = |flops: f64, ms: f32| flops / (ms as f64 * 1e-3) / 1e12;
                 println!(
                     "{b:>4} {n:>6} {h:>4} {d:>4} {:>6} | {fwd:>9.3} {:>7.1} | {bwd:>9.3} {:>7.1} {spread:>8.3} | {:>10.1} | {det:>9.3} {:>7.1}",

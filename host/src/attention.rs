@@ -123,6 +123,20 @@ impl Device {
         } else {
             None
         };
+        // SAFETY: `params` is the kernels' parameter struct (the forward kernel's and the
+        // combine's), built from validated layouts whose buffers hold every addressed element,
+        // with partial buffers sized for `plan.splits`. The offset and partial buffers are freed
+        // in stream order, after the kernels.
+        unsafe { self.launch_plan(plan, &params) }?;
+        drop(partials);
+        Ok(())
+    }
+
+    /// Launches every kernel of `plan`, in order, each with `params`.
+    ///
+    /// # Safety
+    /// As [`Device::launch`], for every kernel of the plan.
+    pub(crate) unsafe fn launch_plan<P: Copy>(&self, plan: &Plan, params: &P) -> Result<()> {
         for launch in &plan.launches {
             let Some(kernel) = launch.kernel else { continue };
             let shape = LaunchShape {
@@ -130,18 +144,14 @@ impl Device {
                 block: (launch.threads, 1, 1),
                 shared_bytes: launch.shared_bytes,
             };
-            // SAFETY: `params` is the kernels' parameter struct (the forward kernel's and the
-            // combine's), built from validated layouts whose buffers hold every addressed
-            // element, with partial buffers sized for `plan.splits`. The offset and partial
-            // buffers are freed in stream order, after the kernels.
-            unsafe { self.launch(kernel, shape, &params) }?;
+            // SAFETY: the caller's contract.
+            unsafe { self.launch(kernel, shape, params) }?;
         }
-        drop(partials);
         Ok(())
     }
 
     /// Copies variable-length offsets to the device.
-    fn upload_offsets(&self, vl: &VarLen) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
+    pub(crate) fn upload_offsets(&self, vl: &VarLen) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
         Ok((self.upload_u32(&vl.cu_seqlens_q)?, self.upload_u32(&vl.cu_seqlens_k)?))
     }
 }

@@ -4,7 +4,7 @@ use flashattn_kernels::params::BwdParams;
 
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, attn_params, strides};
 use crate::buffer::{DeviceBuffer, Element};
-use crate::device::{Device, LaunchShape};
+use crate::device::Device;
 use crate::error::Result;
 use crate::plan::Plan;
 use crate::problem::{AttentionOptions, Problem};
@@ -83,7 +83,7 @@ impl Device {
             return Ok(plan);
         }
         let offsets = match problem.varlen() {
-            Some(vl) => Some((self.upload_u32(&vl.cu_seqlens_q)?, self.upload_u32(&vl.cu_seqlens_k)?)),
+            Some(vl) => Some(self.upload_offsets(vl)?),
             None => None,
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
@@ -121,19 +121,11 @@ impl Device {
             // After the accumulator and the three statistics arrays (4-byte aligned).
             locks: if opts.deterministic { scratch.device_address() + acc_bytes + 12 * rows } else { 0 },
         };
-        for launch in &plan.launches {
-            let Some(kernel) = launch.kernel else { continue };
-            let shape = LaunchShape {
-                grid: launch.grid,
-                block: (launch.threads, 1, 1),
-                shared_bytes: launch.shared_bytes,
-            };
-            // SAFETY: `params` is the backward kernels' parameter struct, built from validated
-            // layouts whose buffers hold every addressed element, with scratch sized for the
-            // problem's log-sum-exp rows. The scratch and offset buffers are freed in stream
-            // order, after the kernels.
-            unsafe { self.launch(kernel, shape, &params) }?;
-        }
+        // SAFETY: `params` is the backward kernels' parameter struct, built from validated
+        // layouts whose buffers hold every addressed element, with scratch sized for the
+        // problem's log-sum-exp rows. The scratch and offset buffers are freed in stream order,
+        // after the kernels.
+        unsafe { self.launch_plan(&plan, &params) }?;
         drop(scratch);
         drop(offsets);
         Ok(plan)

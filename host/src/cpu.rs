@@ -72,22 +72,43 @@ pub fn attention<T: Element>(
     lse: Option<&mut [f32]>,
     opts: &AttentionOptions,
 ) -> Result<()> {
-    let problem = Problem::new(
-        q.layout,
-        k.layout,
-        v.layout,
-        out.layout,
-        [q.data.len(), k.data.len(), v.data.len(), out.data.len()],
+    let lens = [q.data.len(), k.data.len(), v.data.len(), out.data.len()];
+    let (problem, tiles) = prepare_forward(
+        [q.layout, k.layout, v.layout, out.layout],
+        lens,
+        lse.as_deref().map(<[f32]>::len),
         opts,
     )?;
-    problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
-    let (block_m, block_n) = tiles(opts)?;
-    // (The split count was checked by `Problem::new`.)
-    let splits = opts.splits.unwrap_or(1);
-    let mut tiled = Tiled::new(&problem, block_m, block_n);
-    tiled.splits = splits;
-    tiled.run(&problem, q.data, k.data, v.data, out.data, lse);
+    run_forward(&problem, tiles, opts, [q.data, k.data, v.data], out.data, lse);
     Ok(())
+}
+
+/// The forward's checks, before anything is written: the problem, the log-sum-exp buffer's
+/// length and the tiles.
+fn prepare_forward(
+    [lq, lk, lv, lo]: [Layout; 4],
+    lens: [usize; 4],
+    lse_len: Option<usize>,
+    opts: &AttentionOptions,
+) -> Result<(Problem, (usize, usize))> {
+    let problem = Problem::new(lq, lk, lv, lo, lens, opts)?;
+    problem.check_lse_len(lse_len)?;
+    Ok((problem, tiles(opts)?))
+}
+
+/// The forward on checked arguments ([`prepare_forward`]).
+fn run_forward<T: Element>(
+    problem: &Problem,
+    (block_m, block_n): (usize, usize),
+    opts: &AttentionOptions,
+    [q, k, v]: [&[T]; 3],
+    out: &mut [T],
+    lse: Option<&mut [f32]>,
+) {
+    let mut tiled = Tiled::new(problem, block_m, block_n);
+    // (The split count was checked by `Problem::new`.)
+    tiled.splits = opts.splits.unwrap_or(1);
+    tiled.run(problem, q, k, v, out, lse);
 }
 
 /// The working set of one tile of queries: converted Q, K and V tiles, the accumulator, and the
@@ -331,34 +352,9 @@ fn check_append<T: Element>(
         ("k_new", &k_new.layout, k_new.data.len()),
         ("v_new", &v_new.layout, v_new.data.len()),
     ] {
-        let like = if name.ends_with("cache") {
-            cache_like
-        } else {
-            Layout { batch, seqlen: k_new.layout.seqlen, ..kc }
-        };
-        for (dim, a, b) in [
-            ("batch", l.batch, like.batch),
-            ("seqlen", l.seqlen, like.seqlen),
-            ("heads", l.heads, like.heads),
-            ("head_dim", l.head_dim, like.head_dim),
-        ] {
-            if a != b {
-                return Err(
-                    InvalidInput::ShapeMismatch { what: dim, tensor: name, expected: b, actual: a }.into()
-                );
-            }
-        }
-        let need = l.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
-        if need > len {
-            return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len }.into());
-        }
-        if name.ends_with("cache") && l.overlaps() {
-            return Err(InvalidInput::OverlappingOutput {
-                strides: [l.batch_stride, l.seq_stride, l.head_stride],
-                head_dim: l.head_dim,
-            }
-            .into());
-        }
+        let cache = name.ends_with("cache");
+        let like = if cache { cache_like } else { Layout { batch, seqlen: k_new.layout.seqlen, ..kc } };
+        crate::problem::check_like(name, l, &like, len, cache)?;
     }
     let capacity = match block_table {
         Some(t) => {
@@ -433,16 +429,12 @@ pub fn attention_with_kvcache<T: Element>(
         check_append(&k_cache, &v_cache, k_new, v_new, &before, opts.block_table.as_ref())?;
     }
     let grown = AttentionOptions { cache_seqlens: Some(after), ..opts.clone() };
-    let problem = Problem::new(
-        q.layout,
-        k_cache.layout,
-        v_cache.layout,
-        out.layout,
+    let (problem, tiles) = prepare_forward(
+        [q.layout, k_cache.layout, v_cache.layout, out.layout],
         [q.data.len(), k_cache.data.len(), v_cache.data.len(), out.data.len()],
+        lse.as_deref().map(<[f32]>::len),
         &grown,
     )?;
-    problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
-    let (block_m, block_n) = tiles(&grown)?;
     let (kl, vl) = (k_cache.layout, v_cache.layout);
     let (k_data, v_data): (&[T], &[T]) = match new_kv {
         Some((k_new, v_new)) => {
@@ -459,9 +451,7 @@ pub fn attention_with_kvcache<T: Element>(
         }
         None => (k_cache.data, v_cache.data),
     };
-    let mut tiled = Tiled::new(&problem, block_m, block_n);
-    tiled.splits = grown.splits.unwrap_or(1);
-    tiled.run(&problem, q.data, k_data, v_data, out.data, lse);
+    run_forward(&problem, tiles, &grown, [q.data, k_data, v_data], out.data, lse);
     Ok(())
 }
 

@@ -332,6 +332,8 @@ pub struct Problem {
     varlen: Option<VarLen>,
     softcap: f32,
     alibi_slopes: Option<Vec<f32>>,
+    /// Whether any head has a score modifier (decided once: the CPU path asks per score).
+    score_mod: bool,
     cache_seqlens: Option<Vec<u32>>,
     block_table: Option<BlockTable>,
 }
@@ -485,6 +487,8 @@ impl Problem {
             window: opts.window,
             varlen: opts.varlen.clone(),
             softcap,
+            score_mod: softcap > 0.0
+                || opts.alibi_slopes.as_ref().is_some_and(|s| s.iter().any(|&x| x != 0.0)),
             alibi_slopes: opts.alibi_slopes.clone(),
             cache_seqlens: opts.cache_seqlens.clone(),
             block_table: opts.block_table.clone(),
@@ -528,7 +532,7 @@ impl Problem {
 
     /// Whether any head has a score modifier (a softcap or non-zero ALiBi slopes).
     pub fn has_score_mod(&self) -> bool {
-        self.softcap > 0.0 || self.alibi_slopes.as_ref().is_some_and(|s| s.iter().any(|&x| x != 0.0))
+        self.score_mod
     }
 
     /// Q's layout.
@@ -658,37 +662,9 @@ impl Problem {
         d_o: (&Layout, usize),
         grads: [(&'static str, &Layout, usize); 3],
     ) -> Result<(), InvalidInput> {
-        let same_shape = |name: &'static str, what: &Layout, like: &Layout, len: usize| {
-            for (dim, a, b) in [
-                ("batch", what.batch, like.batch),
-                ("seqlen", what.seqlen, like.seqlen),
-                ("heads", what.heads, like.heads),
-                ("head_dim", what.head_dim, like.head_dim),
-            ] {
-                if a != b {
-                    return Err(InvalidInput::ShapeMismatch {
-                        what: dim,
-                        tensor: name,
-                        expected: b,
-                        actual: a,
-                    });
-                }
-            }
-            let need = what.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
-            if need > len {
-                return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len });
-            }
-            Ok(())
-        };
-        same_shape("d_o", d_o.0, &self.o, d_o.1)?;
+        check_like("d_o", d_o.0, &self.o, d_o.1, false)?;
         for ((name, layout, len), like) in grads.into_iter().zip([&self.q, &self.k, &self.v]) {
-            same_shape(name, layout, like, len)?;
-            if layout.overlaps() {
-                return Err(InvalidInput::OverlappingOutput {
-                    strides: [layout.batch_stride, layout.seq_stride, layout.head_stride],
-                    head_dim: layout.head_dim,
-                });
-            }
+            check_like(name, layout, like, len, true)?;
         }
         Ok(())
     }
@@ -892,6 +868,38 @@ pub(crate) fn check_block_table(
     }
     if let Some((i, &p)) = t.pages.iter().enumerate().find(|&(_, &p)| p as usize >= k.batch) {
         return bad(format!("slot {i} names page {p}, the pools hold {} pages", k.batch));
+    }
+    Ok(())
+}
+
+/// A tensor that must have `like`'s shape (any strides): the same four extents, a buffer of
+/// `len` elements that holds the layout, and for an `output` elements that do not overlap.
+pub(crate) fn check_like(
+    name: &'static str,
+    what: &Layout,
+    like: &Layout,
+    len: usize,
+    output: bool,
+) -> Result<(), InvalidInput> {
+    for (dim, a, b) in [
+        ("batch", what.batch, like.batch),
+        ("seqlen", what.seqlen, like.seqlen),
+        ("heads", what.heads, like.heads),
+        ("head_dim", what.head_dim, like.head_dim),
+    ] {
+        if a != b {
+            return Err(InvalidInput::ShapeMismatch { what: dim, tensor: name, expected: b, actual: a });
+        }
+    }
+    let need = what.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: name })?;
+    if need > len {
+        return Err(InvalidInput::BufferTooSmall { tensor: name, needed: need, len });
+    }
+    if output && what.overlaps() {
+        return Err(InvalidInput::OverlappingOutput {
+            strides: [what.batch_stride, what.seq_stride, what.head_stride],
+            head_dim: what.head_dim,
+        });
     }
     Ok(())
 }

@@ -12,6 +12,35 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// The CPU backward of `case` (with its forward's `out` and `lse`, upstream gradient `d_o`) into
+/// NaN-poisoned dQ, dK, dV laid out like Q, K, V.
+pub fn backward_of<T: Element>(
+    case: &Case<T>,
+    out: &[T],
+    lse: &[f32],
+    d_o: &[T],
+) -> flashattn::Result<(Vec<T>, Vec<T>, Vec<T>)> {
+    let p = &case.problem;
+    let nan = || T::from_f32(f32::NAN);
+    let (mut dq, mut dk, mut dv) =
+        (vec![nan(); case.q.len()], vec![nan(); case.k.len()], vec![nan(); case.v.len()]);
+    cpu::attention_backward(
+        HostTensor { data: &case.q, layout: *p.q() },
+        HostTensor { data: &case.k, layout: *p.k() },
+        HostTensor { data: &case.v, layout: *p.v() },
+        HostTensor { data: out, layout: *p.o() },
+        lse,
+        HostTensor { data: d_o, layout: *p.o() },
+        Gradients {
+            dq: HostTensorMut { data: &mut dq, layout: *p.q() },
+            dk: HostTensorMut { data: &mut dk, layout: *p.k() },
+            dv: HostTensorMut { data: &mut dv, layout: *p.v() },
+        },
+        &case.opts,
+    )?;
+    Ok((dq, dk, dv))
+}
+
 /// Forward on the CPU, a random dO, backward into NaN-poisoned gradients; checks the rule and
 /// that rows seeing no key have dQ exactly 0. Returns the worst rule ratio.
 fn run<T: Element>(spec: &Spec, seed: u64) -> Result<f64, String> {
@@ -20,24 +49,7 @@ fn run<T: Element>(spec: &Spec, seed: u64) -> Result<f64, String> {
     let p = &case.problem;
     let (out, lse) = case.run_cpu().map_err(|e| e.to_string())?;
     let d_o: Vec<T> = (0..out.len()).map(|_| T::from_f32(rng.random_range(-1.0..1.0))).collect();
-    let nan = || T::from_f32(f32::NAN);
-    let (mut dq, mut dk, mut dv) =
-        (vec![nan(); case.q.len()], vec![nan(); case.k.len()], vec![nan(); case.v.len()]);
-    cpu::attention_backward(
-        HostTensor { data: &case.q, layout: *p.q() },
-        HostTensor { data: &case.k, layout: *p.k() },
-        HostTensor { data: &case.v, layout: *p.v() },
-        HostTensor { data: &out, layout: *p.o() },
-        &lse,
-        HostTensor { data: &d_o, layout: *p.o() },
-        Gradients {
-            dq: HostTensorMut { data: &mut dq, layout: *p.q() },
-            dk: HostTensorMut { data: &mut dk, layout: *p.k() },
-            dv: HostTensorMut { data: &mut dv, layout: *p.v() },
-        },
-        &case.opts,
-    )
-    .map_err(|e| e.to_string())?;
+    let (dq, dk, dv) = backward_of(&case, &out, &lse, &d_o).map_err(|e| e.to_string())?;
     let reference =
         attention_backward_f64(p, &widen(&case.q), &widen(&case.k), &widen(&case.v), &widen(&d_o));
     let baseline = baseline_backward(p, &case.q, &case.k, &case.v, &d_o);

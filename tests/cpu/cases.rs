@@ -235,6 +235,29 @@ fn split_kv_matches_the_oracle() {
     }
 }
 
+/// Shapes at the edges for the masks and modifiers (4 query heads): tiles that divide nothing,
+/// Nq < Nk with GQA, Nq > Nk with MQA, varlen with empty sequences.
+fn ragged_shapes() -> Vec<Spec> {
+    let mut shapes = Vec::new();
+    let mut s = spec(2, 37, 37, 4, 16);
+    s.tiles = Tiles { block_m: Some(8), block_n: Some(5) };
+    shapes.push(s);
+    let mut s = spec(1, 13, 40, 4, 8);
+    s.heads_k = 2;
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(6) };
+    shapes.push(s);
+    let mut s = spec(1, 40, 13, 4, 8);
+    s.heads_k = 1;
+    s.tiles = Tiles { block_m: Some(6), block_n: Some(4) };
+    shapes.push(s);
+    let mut s = spec(1, 1, 1, 4, 24);
+    s.sequences =
+        Sequences::VarLen { q_lens: vec![9, 0, 30, 1], k_lens: vec![12, 5, 0, 20], spare_q: 1, spare_k: 2 };
+    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
+    shapes.push(s);
+    shapes
+}
+
 /// Sliding windows on the CPU path (forward), every dtype: left only, right only, both, with the
 /// causal mask, with Nq ≠ Nk both ways, GQA, varlen with empty sequences, tiles that divide
 /// nothing and split-KV; windows wider than the sequence and of zero width.
@@ -248,22 +271,7 @@ fn sliding_windows_match_the_oracle() {
         Window { left: Some(0), right: Some(0) },
         Window { left: Some(1000), right: Some(1000) },
     ];
-    let mut shapes = Vec::new();
-    let mut s = spec(2, 37, 37, 2, 16);
-    s.tiles = Tiles { block_m: Some(8), block_n: Some(5) };
-    shapes.push(s);
-    let mut s = spec(1, 13, 40, 4, 8);
-    s.heads_k = 2;
-    s.tiles = Tiles { block_m: Some(4), block_n: Some(6) };
-    shapes.push(s);
-    let mut s = spec(1, 40, 13, 2, 8);
-    s.tiles = Tiles { block_m: Some(6), block_n: Some(4) };
-    shapes.push(s);
-    let mut s = spec(1, 1, 1, 2, 24);
-    s.sequences =
-        Sequences::VarLen { q_lens: vec![9, 0, 30, 1], k_lens: vec![12, 5, 0, 20], spare_q: 1, spare_k: 2 };
-    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
-    shapes.push(s);
+    let shapes = ragged_shapes();
     for base in shapes {
         for window in windows {
             for causal in [false, true] {
@@ -283,22 +291,7 @@ fn sliding_windows_match_the_oracle() {
 /// that divide nothing, split-KV and a window.
 #[test]
 fn score_modifiers_match_the_oracle() {
-    let mut shapes = Vec::new();
-    let mut s = spec(2, 37, 37, 4, 16);
-    s.tiles = Tiles { block_m: Some(8), block_n: Some(5) };
-    shapes.push(s);
-    let mut s = spec(1, 13, 40, 4, 8);
-    s.heads_k = 2;
-    s.tiles = Tiles { block_m: Some(4), block_n: Some(6) };
-    shapes.push(s);
-    let mut s = spec(1, 40, 13, 4, 8);
-    s.heads_k = 1;
-    shapes.push(s);
-    let mut s = spec(1, 1, 1, 4, 24);
-    s.sequences =
-        Sequences::VarLen { q_lens: vec![9, 0, 30, 1], k_lens: vec![12, 5, 0, 20], spare_q: 1, spare_k: 2 };
-    s.tiles = Tiles { block_m: Some(4), block_n: Some(4) };
-    shapes.push(s);
+    let shapes = ragged_shapes();
     let slopes = vec![0.5, 0.25, 0.0, 0.0625];
     let mods =
         [(Some(50.0), None), (Some(2.0), None), (None, Some(slopes.clone())), (Some(5.0), Some(slopes))];

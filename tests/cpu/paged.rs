@@ -62,26 +62,7 @@ fn forward_and_backward<T: Element>() {
             let d_o: Vec<T> =
                 (0..oc.len()).map(|i| T::from_f32(((i * 37 % 101) as f32 - 50.0) / 50.0)).collect();
             let grads = |case: &Case<T>, out: &[T], lse: &[f32]| {
-                let p = &case.problem;
-                let nan = T::from_f32(f32::NAN);
-                let (mut dq, mut dk, mut dv) =
-                    (vec![nan; case.q.len()], vec![nan; case.k.len()], vec![nan; case.v.len()]);
-                cpu::attention_backward(
-                    HostTensor { data: &case.q, layout: *p.q() },
-                    HostTensor { data: &case.k, layout: *p.k() },
-                    HostTensor { data: &case.v, layout: *p.v() },
-                    HostTensor { data: out, layout: *p.o() },
-                    lse,
-                    HostTensor { data: &d_o, layout: *p.o() },
-                    Gradients {
-                        dq: HostTensorMut { data: &mut dq, layout: *p.q() },
-                        dk: HostTensorMut { data: &mut dk, layout: *p.k() },
-                        dv: HostTensorMut { data: &mut dv, layout: *p.v() },
-                    },
-                    &case.opts,
-                )
-                .unwrap();
-                (dq, dk, dv)
+                crate::backward::backward_of(case, out, lse, &d_o).unwrap()
             };
             let (dqc, dkc, dvc) = grads(&c, &oc, &lc);
             let (dqp, dkp, dvp) = grads(&pg, &op, &lp);
