@@ -439,16 +439,8 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    let cache = problem.cache_seqlens().is_some() || problem.block_table().is_some();
-    if !problem.window().is_none() || problem.has_score_mod() || cache {
+    if let Some(reason) = cpu_only_feature(problem) {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
-        let reason = if !problem.window().is_none() {
-            Reason::Window
-        } else if problem.has_score_mod() {
-            Reason::ScoreMod
-        } else {
-            Reason::KvCache
-        };
         return Err(unsupported(method, reason));
     }
     let mut plan = match opts.method {
@@ -942,14 +934,8 @@ pub fn plan_backward(
         Method::Auto | Method::FlashTensorCore => {}
         other => return Err(unsupported(other, Reason::NoBackward)),
     }
-    if !problem.window().is_none() {
-        return Err(unsupported(method, Reason::Window));
-    }
-    if problem.has_score_mod() {
-        return Err(unsupported(method, Reason::ScoreMod));
-    }
-    if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
-        return Err(unsupported(method, Reason::KvCache));
+    if let Some(reason) = cpu_only_feature(problem) {
+        return Err(unsupported(method, reason));
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
@@ -1067,4 +1053,18 @@ pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> 
 /// the longest sequence), the preprocessing kernel's grid.
 pub(crate) fn backward_locks(problem: &Problem) -> u64 {
     (problem.batch() * problem.q().heads * problem.max_lens().0.div_ceil(BWD_BLOCK_M as usize)) as u64
+}
+
+/// The first feature of `problem` that only the CPU path runs so far (the forward's and the
+/// backward's planners refuse it alike): a sliding window, score modifiers, a K/V cache.
+fn cpu_only_feature(problem: &Problem) -> Option<Reason> {
+    if !problem.window().is_none() {
+        Some(Reason::Window)
+    } else if problem.has_score_mod() {
+        Some(Reason::ScoreMod)
+    } else if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
+        Some(Reason::KvCache)
+    } else {
+        None
+    }
 }
