@@ -7,8 +7,8 @@
 //! faster path was not taken.
 
 use flashattn_kernels::config::{
-    BWD_CONFIGS, MMA_CONFIGS, MmaConfig, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig, bwd_default, mma_decode,
-    mma_default, mma_find,
+    BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
+    bwd_default, mma_decode, mma_default, mma_elementwise, mma_find,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -98,6 +98,12 @@ pub enum Reason {
     /// A split-KV override for a method that does not split the keys (only the tensor-core
     /// kernel does).
     NoSplitKv,
+    /// A split-KV override on rows that are not 16-byte aligned (a head dim that is not a
+    /// multiple of 8, or such strides): the combine kernel needs 16-byte rows.
+    SplitUnaligned {
+        /// The problem's head dimension.
+        head_dim: usize,
+    },
     /// Standard attention's N×N matrices would take more than `Method::Auto` allows itself
     /// ([`STANDARD_SCRATCH_FRACTION`] of device memory).
     ScratchBudget {
@@ -154,6 +160,12 @@ impl std::fmt::Display for Reason {
             }
             Reason::NoSplitKv => f.write_str(
                 "a split-KV override (only the tensor-core kernel splits the keys; use `splits: None`)",
+            ),
+            Reason::SplitUnaligned { head_dim } => write!(
+                f,
+                "a split-KV override with rows that are not 16-byte aligned (head dim {head_dim}, or a \
+                 stride, not a multiple of {TC_STRIDE_ALIGN}): the combine kernel needs aligned rows; use \
+                 `splits: None`, or pad the head dim to a multiple of {TC_STRIDE_ALIGN}"
             ),
             Reason::ScratchBudget { needed, budget } => write!(
                 f,
@@ -320,7 +332,8 @@ pub struct AutoRule {
 pub const AUTO_RULES: [AutoRule; 3] = [
     AutoRule {
         method: Method::FlashTensorCore,
-        when: "f16 or bf16, head dim ≤ 256 and a multiple of 8, 16-byte rows",
+        when: "f16 or bf16, head dim ≤ 256 (rows that are not 16-byte aligned, such as odd head dims, \
+               are copied element by element)",
         evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
                    (results/2026-11-30-nvidia-h200/head-dims)",
     },
@@ -663,23 +676,38 @@ fn plan_mma(
         return Err(unsupported(method, Reason::DType { dtype }));
     }
     let d = problem.head_dim();
-    let default = mma_default(d as u32, problem.causal(), problem.max_lens().0).ok_or_else(|| {
+    // Rows the 16-byte copies can take: a head dim of whole chunks and strides of whole chunks
+    // (strides of size-1 dimensions never move). Otherwise the element-wise instances copy.
+    let misaligned = [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())]
+        .into_iter()
+        .find(|(_, l)| l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0));
+    let aligned = d % TC_STRIDE_ALIGN == 0 && misaligned.is_none();
+    let default = if aligned {
+        mma_default(d as u32, problem.causal(), problem.max_lens().0)
+    } else {
+        mma_elementwise(d as u32)
+    };
+    let default = default.ok_or_else(|| {
         let mut supported: Vec<u32> =
             MMA_CONFIGS.iter().filter(|c| !c.is_decode()).map(|c| c.head_dim).collect();
         supported.sort_unstable();
         supported.dedup();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
-    for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
-        if l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0) {
-            let strides = [l.batch_stride, l.seq_stride, l.head_stride];
-            return Err(unsupported(
-                method,
-                Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN },
-            ));
-        }
-    }
     let mut why = Vec::new();
+    if !aligned {
+        let cause = match misaligned {
+            Some((tensor, l)) if d % TC_STRIDE_ALIGN == 0 => format!(
+                "{tensor}'s strides {:?} are not multiples of {TC_STRIDE_ALIGN} elements",
+                [l.batch_stride, l.seq_stride, l.head_stride]
+            ),
+            _ => format!("head dim {d} is not a multiple of {TC_STRIDE_ALIGN}"),
+        };
+        why.push(format!(
+            "element-wise copies: {cause}, so rows are not 16-byte aligned; tiles are read element by \
+             element into the same tensor-core kernel"
+        ));
+    }
     // Decoding with grouped K/V heads: the query heads of a group become the rows of one tile.
     let packed = problem.gqa_packed();
     let eff = packed.as_ref().unwrap_or(problem);
@@ -693,7 +721,7 @@ fn plan_mma(
     let rows = eff.max_lens().0;
     // A tile override picks one of the instantiated configurations of this head dim.
     let index = match (tiles.block_m, tiles.block_n) {
-        (None, None) if rows <= 16 => {
+        (None, None) if rows <= 16 && aligned => {
             let i = mma_decode(d as u32).unwrap_or(default);
             why.push(format!("decode instance: {rows} query rows per tile, one warp per block"));
             i
@@ -706,13 +734,13 @@ fn plan_mma(
                 .ok()
                 .zip(u32::try_from(n).ok())
                 .filter(|&(m, n)| m > 0 && n > 0)
-                .and_then(|(m, n)| mma_find(d as u32, m, n));
+                .and_then(|(m, n)| mma_find(default, d as u32, m, n));
             found.ok_or_else(|| {
                 let available = MMA_CONFIGS
                     .iter()
                     .filter(|c| c.runs(d as u32))
                     .filter(|c| {
-                        c.is_decode()
+                        (c.is_decode() && aligned)
                             || (c.head_dim, c.pad)
                                 == (MMA_CONFIGS[default].head_dim, MMA_CONFIGS[default].pad)
                     })
@@ -731,6 +759,10 @@ fn plan_mma(
     // outputs cost more than the extra blocks gain (measured 0.67–0.70× on under-filled prefill
     // shapes, `kernels-gpu/NOTES.md` v9).
     let splits = match opts.splits {
+        // The combine kernel reads and writes 16-byte rows.
+        Some(s) if s > 1 && config.pad == PAD_ELEMENTS => {
+            return Err(unsupported(method, Reason::SplitUnaligned { head_dim: d }));
+        }
         Some(s) => s,
         None if config.is_decode() => choose_splits(props, eff, &config),
         None => 1,

@@ -29,12 +29,25 @@ pub struct MmaConfig {
     /// V buffers in shared memory: 1 (`V_j` streams in while `S_j` is computed), or 2 (`V_{j+1}`
     /// streams in during the whole of iteration `j`, at the cost of one more V tile).
     pub v_stages: u32,
-    /// 1: a padded instance, for any head dim `d ≤ head_dim` that is a multiple of 8 (columns at
-    /// or past `d` are zero in shared memory, never read from or written to device memory). 0: an
-    /// exact instance, for `d == head_dim` only, with none of that logic (the tuned kernels of
-    /// the headline head dims).
+    /// How the instance's head dim relates to the problem's `d`: [`PAD_EXACT`],
+    /// [`PAD_CHUNKS`] or [`PAD_ELEMENTS`].
     pub pad: u32,
 }
+
+/// An exact instance: `d == head_dim` only, with none of the padding logic (the tuned kernels of
+/// the headline head dims).
+pub const PAD_EXACT: u32 = 0;
+/// A padded instance for any `d ≤ head_dim` that is a multiple of 8, with 16-byte aligned rows:
+/// whole 16-byte chunks are copied with `cp.async`, and the chunks at or past `d` are zero in
+/// shared memory, never read from or written to device memory.
+pub const PAD_CHUNKS: u32 = 1;
+/// A padded instance for any `1 ≤ d ≤ head_dim` and rows aligned to the element only (odd head
+/// dims such as 59 or 111, or strides that are not multiples of 8): tiles are copied element by
+/// element (`ld.global` of 16 bits, then 16-byte shared stores), the columns past `d` zero,
+/// and outputs stored element by element. Slower copies, the same tensor-core arithmetic.
+pub const PAD_ELEMENTS: u32 = 2;
+/// [`smallest_running`]'s wildcard for the padding kind.
+const ANY_PAD: u32 = u32::MAX;
 
 /// The largest dynamic shared memory per block on the project's target (H100/H200, compute
 /// capability 9.0: 227 KiB). Other devices are checked at run time by the host.
@@ -70,9 +83,14 @@ impl MmaConfig {
         p
     }
 
-    /// Whether this instance runs a problem of head dim `d`.
+    /// Whether this instance runs a problem of head dim `d` (rows aligned as its padding kind
+    /// requires: 16 bytes, except for [`PAD_ELEMENTS`]).
     pub const fn runs(&self, d: u32) -> bool {
-        if self.pad == 1 { d <= self.head_dim && d % 8 == 0 } else { d == self.head_dim }
+        match self.pad {
+            PAD_CHUNKS => d <= self.head_dim && d % 8 == 0,
+            PAD_ELEMENTS => d >= 1 && d <= self.head_dim,
+            _ => d == self.head_dim,
+        }
     }
 
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
@@ -97,7 +115,9 @@ impl MmaConfig {
             && self.block_n % 16 == 0
             && self.head_dim % 16 == 0
             && self.head_dim <= 256
-            && (self.pad == 1 || (self.pad == 0 && self.pitch() == self.head_dim))
+            && (self.pad == PAD_CHUNKS
+                || self.pad == PAD_ELEMENTS
+                || (self.pad == PAD_EXACT && self.pitch() == self.head_dim))
             && self.threads() % (self.pitch() / 8) == 0
             && self.min_blocks > 0
             && (self.v_stages == 1 || self.v_stages == 2)
@@ -126,12 +146,19 @@ pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Op
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
-        if c.pad == 0 && c.head_dim == head_dim && !c.is_decode() {
+        if c.pad == PAD_EXACT && c.head_dim == head_dim && !c.is_decode() {
             return Some(i);
         }
         i += 1;
     }
-    smallest_running(head_dim, 1, false, 0, 0)
+    smallest_running(head_dim, PAD_CHUNKS, false, 0, 0)
+}
+
+/// Index of the element-wise instance ([`PAD_ELEMENTS`]) of the smallest head dim that holds
+/// `head_dim`: the tensor-core path for head dims that are not multiples of 8 and for rows that
+/// are not 16-byte aligned.
+pub const fn mma_elementwise(head_dim: u32) -> Option<usize> {
+    smallest_running(head_dim, PAD_ELEMENTS, false, 0, 0)
 }
 
 /// Index of the decode instance for head dim `head_dim`: one warp and 16 query rows per block,
@@ -139,11 +166,11 @@ pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Op
 /// query heads packed into the rows), so that no warp computes on empty rows and more blocks
 /// share an SM to keep K/V loads in flight.
 pub const fn mma_decode(head_dim: u32) -> Option<usize> {
-    smallest_running(head_dim, 1, true, 0, 0)
+    smallest_running(head_dim, PAD_CHUNKS, true, 0, 0)
 }
 
-/// The first instance of the smallest head dim that runs `head_dim`, with `pad` (or any, for
-/// 2), decode or not, and these tiles (0: any).
+/// The first instance of the smallest head dim that runs `head_dim`, with padding kind `pad`
+/// (or any, for [`ANY_PAD`]), decode or not, and these tiles (0: any).
 const fn smallest_running(
     head_dim: u32,
     pad: u32,
@@ -156,7 +183,7 @@ const fn smallest_running(
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
         let tiles = (block_m == 0 || c.block_m == block_m) && (block_n == 0 || c.block_n == block_n);
-        if (pad == 2 || c.pad == pad) && c.is_decode() == decode && c.runs(head_dim) && tiles {
+        if (pad == ANY_PAD || c.pad == pad) && c.is_decode() == decode && c.runs(head_dim) && tiles {
             best = match best {
                 Some(b) if MMA_CONFIGS[b].head_dim <= c.head_dim => Some(b),
                 _ => Some(i),
@@ -167,17 +194,15 @@ const fn smallest_running(
     best
 }
 
-/// Index of the configuration with these tiles among those of the kind [`mma_default`] picks
-/// for `head_dim` (exact, or padded of the same instance head dim), else among the decode
-/// instances that run it, if one is instantiated.
-pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
-    if block_m == 0 || block_n == 0 {
+/// Index of the configuration with these tiles among those of the kind of `MMA_CONFIGS[base]`
+/// (the instance [`mma_default`] or [`mma_elementwise`] picked for `head_dim`: the same head dim
+/// and padding kind), else, for 16-byte aligned rows, among the decode instances that run it,
+/// if one is instantiated.
+pub const fn mma_find(base: usize, head_dim: u32, block_m: u32, block_n: u32) -> Option<usize> {
+    if block_m == 0 || block_n == 0 || base >= MMA_CONFIGS.len() {
         return None;
     }
-    let base = match mma_default(head_dim, false, 0) {
-        Some(i) => MMA_CONFIGS[i],
-        None => return None,
-    };
+    let base = MMA_CONFIGS[base];
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
@@ -186,7 +211,10 @@ pub const fn mma_find(head_dim: u32, block_m: u32, block_n: u32) -> Option<usize
         }
         i += 1;
     }
-    smallest_running(head_dim, 2, true, block_m, block_n)
+    if base.pad == PAD_ELEMENTS {
+        return None;
+    }
+    smallest_running(head_dim, ANY_PAD, true, block_m, block_n)
 }
 
 /// A tensor-core backward configuration (FlashAttention-2's algorithm; `gpu/flash_bwd.rs`).
@@ -409,7 +437,7 @@ mod tests {
             let i = mma_default(d, false, 4096).unwrap();
             assert_eq!(MMA_CONFIGS[i].head_dim, d);
             let c = MMA_CONFIGS[i];
-            assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i));
+            assert_eq!(mma_find(i, d, c.block_m, c.block_n), Some(i));
         }
         // Other head dims run on padded instances of the next instantiated head dim.
         let pad = |d: u32| MMA_CONFIGS[mma_default(d, false, 1).unwrap()];
@@ -419,15 +447,32 @@ mod tests {
             assert_eq!((pad(d).head_dim, pad(d).pad), (inst, 1), "d = {d}");
         }
         assert_eq!(mma_default(257, false, 1), None);
-        // Head dims that are not multiples of 8 have no tensor-core instance.
+        // Head dims that are not multiples of 8 have no 16-byte instance, but an element-wise one.
         assert_eq!(mma_default(59, false, 1), None);
+        let elem = |d: u32| MMA_CONFIGS[mma_elementwise(d).unwrap()];
+        for (d, inst) in [(1, 64), (59, 64), (64, 64), (65, 128), (111, 128), (129, 256), (255, 256)] {
+            assert_eq!((elem(d).head_dim, elem(d).pad), (inst, PAD_ELEMENTS), "d = {d}");
+            assert!(elem(d).runs(d) && !elem(d).is_decode());
+        }
+        assert_eq!(mma_elementwise(0), None);
+        assert_eq!(mma_elementwise(257), None);
         assert_eq!(pad(96).pitch(), 128);
         assert_eq!(pad(160).pitch(), 256);
-        // The tile override names each configuration of a head dim uniquely.
+        // The tile override names each configuration of a head dim uniquely, among those of
+        // the kind the planner picked.
         for (i, c) in MMA_CONFIGS.iter().enumerate() {
-            let d = if c.pad == 1 && c.head_dim % 64 == 0 { c.head_dim - 8 } else { c.head_dim };
-            assert_eq!(mma_find(d, c.block_m, c.block_n), Some(i), "{c:?}");
+            let d = if c.pad == PAD_CHUNKS && c.head_dim % 64 == 0 { c.head_dim - 8 } else { c.head_dim };
+            let base = if c.pad == PAD_ELEMENTS {
+                mma_elementwise(c.head_dim - 1).unwrap()
+            } else {
+                mma_default(d, false, 1).unwrap()
+            };
+            let d = if c.pad == PAD_ELEMENTS { c.head_dim - 1 } else { d };
+            assert_eq!(mma_find(base, d, c.block_m, c.block_n), Some(i), "{c:?}");
         }
+        // No decode fallback for element-wise rows (the decode instances copy 16-byte chunks).
+        let e = mma_elementwise(59).unwrap();
+        assert_eq!(mma_find(e, 59, 16, 64), None);
     }
 
     #[test]

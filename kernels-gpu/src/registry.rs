@@ -97,7 +97,8 @@ impl KernelInfo {
 /// Calls `$m!` with the tensor-core instances, one `(head_dim, block_m, block_n, warps,
 /// min_blocks, v_stages, pad)` group each. The first exact instance (`pad` 0) of a head dim is
 /// its default (the tuned choice, `NOTES.md`); padded instances (`pad` 1) run every smaller head
-/// dim down to the next instance; one-warp instances of 16 rows (padded) are the decode kernels
+/// dim down to the next instance; element-wise instances (`pad` 2) run any head dim down to 1
+/// with rows aligned to the element only; one-warp instances of 16 rows (padded) are the decode kernels
 /// ([`crate::config::mma_decode`]); the others are variants a tile override selects, so that
 /// the bench can sweep them.
 #[macro_export]
@@ -111,6 +112,7 @@ macro_rules! for_each_mma_instance {
             (128, 64, 64, 4, 1, 1, 0)
             (256, 64, 64, 4, 1, 1, 0)
             (256, 128, 64, 8, 1, 1, 0)
+            (32, 64, 128, 4, 3, 2, 1)
             (32, 128, 64, 4, 1, 2, 1)
             (64, 64, 64, 4, 3, 2, 1)
             (96, 128, 64, 4, 1, 2, 1)
@@ -122,13 +124,17 @@ macro_rules! for_each_mma_instance {
             (64, 16, 64, 1, 4, 2, 1)
             (128, 16, 64, 1, 4, 2, 1)
             (256, 16, 32, 1, 2, 1, 1)
+            (32, 128, 128, 8, 1, 2, 1)
+            (64, 64, 64, 4, 2, 2, 2)
+            (128, 64, 64, 4, 1, 1, 2)
+            (256, 128, 64, 8, 1, 1, 2)
         }
     };
 }
 
 /// The entry name of one tensor-core instance:
 /// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`,
-/// with `_pad` appended for a padded instance.
+/// with `_pad` appended for a padded instance and `_elem` for an element-wise one.
 #[macro_export]
 macro_rules! mma_kernel_name {
     ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, 0) => {
@@ -136,6 +142,9 @@ macro_rules! mma_kernel_name {
     };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, 1) => {
         concat!("flash_fwd_mma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_w", $w, "_b", $b, "_v", $v, "_pad")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, 2) => {
+        concat!("flash_fwd_mma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_w", $w, "_b", $b, "_v", $v, "_elem")
     };
 }
 
@@ -335,7 +344,7 @@ mod tests {
                     c.warps,
                     c.min_blocks,
                     c.v_stages,
-                    if c.pad == 1 { "_pad" } else { "" }
+                    ["", "_pad", "_elem"][c.pad as usize]
                 );
                 assert_eq!(name, expect);
             }

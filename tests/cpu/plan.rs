@@ -57,17 +57,31 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     let p = plan(&h200, DType::BF16, &problem(l80, l80, &opts), &opts).unwrap();
     assert_eq!(p.method, Method::FlashTensorCore, "{p}");
     assert!(p.kernel().contains("_d96_"), "{p}");
-    // …that is a multiple of 8 (d = 59 is not; a contiguous one is not 16-byte aligned either).
+    // …and so do head dims that are not multiples of 8 (d = 59, whose contiguous rows are not
+    // 16-byte aligned either), on the element-wise instance of the next head dim…
     let l59 = Layout::bshd(1, 64, 2, 59);
     let p = plan(&h200, DType::BF16, &problem(l59, l59, &opts), &opts).unwrap();
-    assert!(matches!(&p.not_taken[0].reason, Reason::HeadDim { head_dim: 59, .. }), "{p}");
-    assert!(p.to_string().contains("multiples of 8"), "{p}");
-    // Strides that are not multiples of 8 elements.
+    assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+    assert!(p.kernel().contains("_d64_") && p.kernel().ends_with("_elem"), "{p}");
+    assert!(p.why.iter().any(|w| w.contains("head dim 59 is not a multiple of 8")), "{p}");
+    // …and strides that are not multiples of 8 elements.
     let mut padded = l;
     padded.seq_stride = 2 * 64 + 4;
     padded.batch_stride = 64 * padded.seq_stride;
     let p = plan(&h200, DType::BF16, &problem(padded, padded, &opts), &opts).unwrap();
-    assert!(matches!(p.not_taken[0].reason, Reason::Alignment { tensor: "q", .. }), "{p}");
+    assert!(p.kernel().ends_with("_elem"), "{p}");
+    assert!(p.why.iter().any(|w| w.contains("q's strides")), "{p}");
+    // Element-wise rows cannot split (the combine kernel needs 16-byte rows), and decoding on
+    // them takes the element-wise instance, not the decode one.
+    let split = AttentionOptions { splits: Some(4), method: Method::FlashTensorCore, ..opts.clone() };
+    let r = plan(&h200, DType::BF16, &problem(l59, l59, &split), &split);
+    assert!(
+        matches!(&r, Err(InvalidInput::Unsupported { reason: Reason::SplitUnaligned { head_dim: 59 }, .. })),
+        "{r:?}"
+    );
+    let (q1, k59) = (Layout::bshd(4, 1, 8, 59), Layout::bshd(4, 4096, 2, 59));
+    let p = plan(&h200, DType::BF16, &problem(q1, k59, &opts), &opts).unwrap();
+    assert!(p.kernel().ends_with("_elem") && p.splits == 1, "{p}");
     // A tile override it has no instance of: the general kernel runs it, and the plan says so.
     let tiles = AttentionOptions { tiles: Tiles { block_m: Some(32), block_n: Some(64) }, ..opts.clone() };
     let p = plan(&h200, DType::BF16, &problem(l, l, &tiles), &tiles).unwrap();

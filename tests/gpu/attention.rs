@@ -163,16 +163,19 @@ pub fn case_rng() -> StdRng {
     StdRng::seed_from_u64(run_seed() ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
-/// Makes a spec fit the tensor-core kernel: a head dim it has, 16-byte aligned layouts.
-pub fn for_tensor_cores(spec: &mut Spec, pick: usize) {
-    // Half the cases at an instantiated head dim, the others at whatever was drawn (padded up
-    // inside the kernel).
-    if pick.is_multiple_of(2) {
-        let dims = tc_head_dims();
-        spec.head_dim = dims[(pick / 2) % dims.len()];
+/// Spreads tensor-core cases over the kernel's copy paths: an instantiated head dim, the drawn
+/// head dim rounded up to a multiple of 8 on 16-byte aligned layouts (padded chunks), and, with
+/// `elementwise`, the spec as drawn (any head dim and layout: where rows are not 16-byte
+/// aligned, the element-wise instances), in equal shares.
+pub fn for_tensor_cores(spec: &mut Spec, pick: usize, elementwise: bool) {
+    match pick % (2 + usize::from(elementwise)) {
+        0 => {
+            let dims = tc_head_dims();
+            spec.head_dim = dims[(pick / 2) % dims.len()];
+        }
+        1 => spec.head_dim = spec.head_dim.div_ceil(8) * 8,
+        _ => return,
     }
-    // Tensor cores run head dims that are multiples of 8.
-    spec.head_dim = spec.head_dim.div_ceil(8) * 8;
     let aligned =
         spec.head_dim.is_multiple_of(8) && matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd);
     if !aligned {
@@ -193,7 +196,7 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
     let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
         spec.tiles = gpu_tiles(spec.tiles, method, spec.head_dim);
         if method == Method::FlashTensorCore {
-            for_tensor_cores(&mut spec, pick);
+            for_tensor_cores(&mut spec, pick, true);
         }
         let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
         if run_and_check(dev, &case, method).map_err(TestCaseError::fail)? {
@@ -243,7 +246,7 @@ pub fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
 /// varlen with empty sequences, both memory orders, large logits; every instantiated head dim and
 /// odd ones between them.
 fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
-    use LayoutKind::{Aligned, Bhsd, Bshd};
+    use LayoutKind::{Aligned, Bhsd, Bshd, Padded};
     let mut specs = Vec::new();
     for d in tc_head_dims() {
         for causal in [false, true] {
@@ -278,6 +281,33 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
             specs.push(spec(batch(1, 1, 257), 8, 1, d, causal, Aligned));
         }
     }
+    // Rows that are not 16-byte aligned (element-wise copies): head dims that are not multiples
+    // of 8 on each side of every element-wise instance, packed (Bshd/Bhsd) or with odd gaps
+    // after each head, token and batch entry (Padded: a read or write past d meets the gap);
+    // and a head dim of 64 whose strides are odd.
+    for d in [1, 3, 17, 59, 63, 65, 111, 127, 129, 201, 255] {
+        for causal in [false, true] {
+            specs.push(spec(batch(2, 97, 130), 4, 2, d, causal, Bshd));
+            specs.push(spec(batch(1, 130, 97), 2, 1, d, causal, Bhsd));
+            specs.push(spec(batch(3, 1, 257), 8, 2, d, causal, Padded));
+        }
+        specs.push(spec(
+            Sequences::VarLen {
+                q_lens: vec![65, 0, 129, 1],
+                k_lens: vec![70, 3, 0, 64],
+                spare_q: 1,
+                spare_k: 2,
+            },
+            2,
+            1,
+            d,
+            true,
+            Padded,
+        ));
+    }
+    for causal in [false, true] {
+        specs.push(spec(batch(2, 150, 203), 4, 2, 64, causal, Padded));
+    }
     if small() {
         specs.retain(|s| s.head_dim <= 128);
     }
@@ -293,8 +323,10 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
 /// Every instantiated tensor-core configuration (a tile override picks each), on ragged shapes.
 fn every_config(dev: &Device) -> Result<(), String> {
     for c in flashattn::kernels::config::MMA_CONFIGS {
+        // Element-wise instances are chosen for rows that are not 16-byte aligned.
+        let d = c.head_dim as usize - usize::from(c.pad == flashattn::kernels::config::PAD_ELEMENTS);
         for causal in [false, true] {
-            let mut s = spec(batch(2, 150, 203), 2, 1, c.head_dim as usize, causal, LayoutKind::Bshd);
+            let mut s = spec(batch(2, 150, 203), 2, 1, d, causal, LayoutKind::Bshd);
             s.tiles = Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
             let case = Case::<bf16>::random(&mut case_rng(), &s);
             let p = dev.plan::<bf16>(
@@ -453,9 +485,8 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
         (DType::BF16, 256, Method::FlashTensorCore),
         (DType::BF16, 96, Method::FlashTensorCore),
         (DType::F16, 40, Method::FlashTensorCore),
-        // d = 59: not a multiple of 8 (and contiguous strides of 59·4 elements are not 16-byte
-        // multiples): standard attention, whose N×N matrices are small here (rule 2), as for f32.
-        (DType::BF16, 59, Method::Standard),
+        // d = 59: not a multiple of 8, rows not 16-byte aligned: the element-wise instances.
+        (DType::BF16, 59, Method::FlashTensorCore),
         (DType::F32, 128, Method::Standard),
     ] {
         let got = plan_for(dtype, d)?;

@@ -33,6 +33,7 @@ use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thr
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
 use crate::config::BwdConfig;
+use crate::config::PAD_CHUNKS;
 use crate::mask;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
 use crate::softmax::{GradRow, prob_from_lse};
@@ -111,11 +112,15 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
     let n_tiles = n_end.div_ceil(PBN as u32);
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
-        load_tile::<BM, PD, PT, true>(q_tile, HeadRows::queries(p, &seq, h), m0);
-        load_tile::<BM, PD, PT, true>(do_tile, HeadRows::outputs(p, &seq, h), m0);
+        load_tile::<BM, PD, PT, PAD_CHUNKS>(q_tile, HeadRows::queries(p, &seq, h), m0);
+        load_tile::<BM, PD, PT, PAD_CHUNKS>(do_tile, HeadRows::outputs(p, &seq, h), m0);
         if n_tiles > 0 {
-            load_tile::<PBN, PD, PT, true>(k_tile(0), HeadRows::keys(p, &seq, kv_h), 0);
-            load_tile::<PBN, PD, PT, true>(k_tile(0) + tile_bytes(PBN), HeadRows::values(p, &seq, kv_h), 0);
+            load_tile::<PBN, PD, PT, PAD_CHUNKS>(k_tile(0), HeadRows::keys(p, &seq, kv_h), 0);
+            load_tile::<PBN, PD, PT, PAD_CHUNKS>(
+                k_tile(0) + tile_bytes(PBN),
+                HeadRows::values(p, &seq, kv_h),
+                0,
+            );
         }
     }
     cp_async::commit();
@@ -155,8 +160,8 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
             let next = k_tile((j + 1) % 2);
             // SAFETY: as above.
             unsafe {
-                load_tile::<PBN, PD, PT, true>(next, HeadRows::keys(p, &seq, kv_h), n0 + PBN as u32);
-                load_tile::<PBN, PD, PT, true>(
+                load_tile::<PBN, PD, PT, PAD_CHUNKS>(next, HeadRows::keys(p, &seq, kv_h), n0 + PBN as u32);
+                load_tile::<PBN, PD, PT, PAD_CHUNKS>(
                     next + tile_bytes(PBN),
                     HeadRows::values(p, &seq, kv_h),
                     n0 + PBN as u32,
@@ -310,8 +315,8 @@ unsafe fn bwd_main<
         let (_, _, stages, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
         unsafe {
-            load_tile::<BM, PD, T, true>(q_tile(stages, s), HeadRows::queries(p, &seq, h), m0);
-            load_tile::<BM, PD, T, true>(
+            load_tile::<BM, PD, T, PAD_CHUNKS>(q_tile(stages, s), HeadRows::queries(p, &seq, h), m0);
+            load_tile::<BM, PD, T, PAD_CHUNKS>(
                 q_tile(stages, s) + tile_bytes(BM),
                 HeadRows::outputs(p, &seq, h),
                 m0,
@@ -344,8 +349,8 @@ unsafe fn bwd_main<
     let (k_tile, v_tile, _, _, _) = layout();
     // SAFETY: as above.
     unsafe {
-        load_tile::<BN, PD, T, true>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
-        load_tile::<BN, PD, T, true>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
+        load_tile::<BN, PD, T, PAD_CHUNKS>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
+        load_tile::<BN, PD, T, PAD_CHUNKS>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
     if steps > 0 {
         load_step(0, 0);

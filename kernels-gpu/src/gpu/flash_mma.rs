@@ -31,29 +31,29 @@ use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x, thread_x_opaque};
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
-use crate::config::MmaConfig;
+use crate::config::{MmaConfig, PAD_ELEMENTS, PAD_EXACT};
 use crate::mask;
 use crate::math::{exp2, fma};
 use crate::params::{AttnParams, partial_index};
 use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
 
 /// The kernel body. Const parameters (spelled out because stable Rust cannot compute array
-/// lengths from generics): `D` head dim computed with (with `PAD`, the problem's `d ≤ D` is padded
-/// with zero columns; without, `d == D`), `PD` elements per shared tile row (`MmaConfig::pitch`), `BM` rows per block, `BN` keys per tile, `W` warps,
+/// lengths from generics): `D` head dim computed with (`PAD` is the padding kind: exact, `d == D`;
+/// otherwise the problem's `d ≤ D` is padded with zero columns, see [`load_tile`]), `PD` elements per shared tile row (`MmaConfig::pitch`), `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
 /// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads,
 /// `VS` V buffers (1: `V_j` loads during `S_j`; 2: `V_{j+1}` loads during all of iteration `j`).
 ///
 /// # Safety
-/// `p` must describe valid 16-bit tensors with 16-byte aligned rows and `p.head_dim ≤ D` (`== D`
-/// without `PAD`) (host checks); launch with `32·W` threads and `2·PD·(BM + (1 + VS)·BN)` bytes of
+/// `p` must describe valid 16-bit tensors with 16-byte aligned rows (2-byte with
+/// [`PAD_ELEMENTS`]) and `p.head_dim ≤ D` (`== D` for [`PAD_EXACT`]) (host checks); launch with `32·W` threads and `2·PD·(BM + (1 + VS)·BN)` bytes of
 /// dynamic shared memory.
 #[inline(always)]
 unsafe fn flash_fwd_mma<
     E: MmaElement,
     const D: usize,
     const PD: usize,
-    const PAD: bool,
+    const PAD: u32,
     const BM: usize,
     const BN: usize,
     const W: usize,
@@ -69,7 +69,7 @@ unsafe fn flash_fwd_mma<
 ) {
     const {
         assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 16 == 0);
-        assert!(PD.is_power_of_two() && PD >= 64 && PD >= D && (PAD || PD == D));
+        assert!(PD.is_power_of_two() && PD >= 64 && PD >= D && (PAD != PAD_EXACT || PD == D));
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
         assert!(T == 32 * W && (VS == 1 || VS == 2));
     };
@@ -315,7 +315,8 @@ unsafe fn flash_fwd_mma<
     }
 
     // Normalise into this warp's own rows of the Q tile (only this warp ever read them), then copy
-    // those rows out with 16-byte stores, each row's chunks by consecutive lanes (coalesced).
+    // those rows out with 16-byte stores (element-wise instances: 2-byte stores of the columns
+    // before d), each row's chunks by consecutive lanes (coalesced).
     let stage = shared::base();
     for mi in 0..MI {
         for half in 0..2 {
@@ -343,13 +344,22 @@ unsafe fn flash_fwd_mma<
         let (r, c) = (i / chunks, i % chunks);
         let row = m0 + warp_row0 + r;
         // Chunks past the head dim (padded instances) are not stored.
-        let inside = !PAD || c < p.head_dim / 8;
+        let inside = PAD == PAD_EXACT || 8 * c < p.head_dim;
         if r < warp_rows && row < seq.len_q && inside {
             // SAFETY: inside the Q tile.
             let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };
             let dst = p.o + 2 * (seq.offset(&p.o_strides, seq.q_start, row, h) + 8 * c as u64);
-            // SAFETY: row < len_q, chunk c < d/8: inside O, 16-byte aligned (host checks).
-            unsafe { global::store_u32x4(dst, v) };
+            if PAD == PAD_ELEMENTS {
+                for e in 0..8 {
+                    if 8 * c + (e as u32) < p.head_dim {
+                        // SAFETY: row < len_q, column 8c + e < d: inside O, 2-byte aligned.
+                        unsafe { global::store_u16(dst + 2 * e as u64, (v[e / 2] >> (16 * (e % 2))) as u16) };
+                    }
+                }
+            } else {
+                // SAFETY: row < len_q, chunk c < d/8: inside O, 16-byte aligned (host checks).
+                unsafe { global::store_u32x4(dst, v) };
+            }
         }
     }
 }
@@ -359,9 +369,11 @@ unsafe fn flash_fwd_mma<
 /// written). Each quad of lanes writes a row's 8 consecutive columns of every 8-column tile.
 ///
 /// # Safety
-/// `p.partial_o` / `p.partial_lse` must hold `p.splits · p.partial_rows` rows.
+/// `p.partial_o` / `p.partial_lse` must hold `p.splits · p.partial_rows` rows; `p.head_dim` a
+/// multiple of 8 unless `PAD` is [`PAD_EXACT`] (element-wise instances never split: the host
+/// refuses, as the combine kernel reads 16-byte rows).
 #[inline(always)]
-unsafe fn store_partials<const MI: usize, const DT: usize, const PAD: bool>(
+unsafe fn store_partials<const MI: usize, const DT: usize, const PAD: u32>(
     p: &AttnParams,
     seq: &SeqView,
     h: u32,
@@ -389,7 +401,7 @@ unsafe fn store_partials<const MI: usize, const DT: usize, const PAD: bool>(
             }
             for (dt, ot) in o[mi].iter().enumerate() {
                 // (A condition, not an early exit: the loop stays unrolled, `o` in registers.)
-                if !PAD || (dt as u32) < d / 8 {
+                if PAD == PAD_EXACT || (dt as u32) < d / 8 {
                     let col = (8 * dt + 2 * t4 as usize) as u64;
                     let x = [ot[2 * half] * res.inv_sum, ot[2 * half + 1] * res.inv_sum];
                     // SAFETY: columns `col`, `col + 1` < d of row `r` (host sizing), 8-byte aligned.
@@ -432,7 +444,7 @@ macro_rules! mma_entries {
                         $elem,
                         { C.head_dim as usize },
                         { C.pitch() as usize },
-                        { C.pad == 1 },
+                        { C.pad },
                         { C.block_m as usize },
                         { C.block_n as usize },
                         { C.warps as usize },

@@ -3,7 +3,9 @@
 
 use super::arch::cp_async;
 use super::arch::thread::thread_x_opaque;
+use super::arch::{global, shared};
 use super::sequence::SeqView;
+use crate::config::{PAD_ELEMENTS, PAD_EXACT};
 use crate::params::AttnParams;
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile with `chunks` per row.
@@ -118,15 +120,21 @@ impl<'a> HeadRows<'a> {
 }
 
 /// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
-/// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. With `PAD`, so are
-/// the columns at or past the head dim `d` (a multiple of 8), which are never read; without it
-/// the tile row is the head dim. Every thread of the block takes part, with
-/// a compile-time number of copies: thread `tid` always copies chunk `tid % chunks` of rows
-/// `tid / chunks + k·(THREADS / chunks)`, so its source address is one 64-bit base plus a fixed
-/// step per copy.
+/// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. `PAD` is the
+/// instance's padding kind ([`crate::config::MmaConfig::pad`]):
+/// - [`PAD_EXACT`]: the tile row is the head dim, copied as 16-byte chunks with `cp.async`;
+/// - [`crate::config::PAD_CHUNKS`]: the same, and the chunks at or past the head dim `d` (a multiple of 8) are
+///   zero-filled (never read);
+/// - [`PAD_ELEMENTS`]: any `d` and rows aligned to the element: each chunk is read element by
+///   element (`ld.global`, the elements at or past `d` are zero) and stored whole into the tile.
+///   These copies are synchronous: the tile is written when the function returns.
+///
+/// Every thread of the block takes part, with a compile-time number of copies: thread `tid`
+/// always copies chunk `tid % chunks` of rows `tid / chunks + k·(THREADS / chunks)`, so its
+/// source address is one 64-bit base plus a fixed step per copy.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: bool>(
+pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: u32>(
     tile: u32,
     rows: HeadRows<'_>,
     row0: u32,
@@ -139,11 +147,33 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     // operations) rather than hoisted out of the key loop into registers.
     let tid = thread_x_opaque() as usize;
     let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
-    // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (padded instances run
-    // head dims that are multiples of 8, so no chunk is partial).
-    let bytes = if !PAD || c < d / 8 { 16 } else { 0 };
     let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
     let step = 2 * strides[1] * rows_per_pass as u64;
+    if PAD == PAD_ELEMENTS {
+        // Elements of this thread's chunk inside the head dim (0..=8).
+        let inside = d.saturating_sub(8 * c).min(8);
+        for k in 0..ROWS / rows_per_pass {
+            let r = r0 + (k * rows_per_pass) as u32;
+            let mut words = [0u32; 4];
+            if row0 + r < len {
+                let at = base + k as u64 * step;
+                for e in 0..8 {
+                    if (e as u32) < inside {
+                        // SAFETY: element `8c + e < d` of a row inside the tensor (host
+                        // validation), 2-byte aligned.
+                        let x = unsafe { global::load_u16(at + 2 * e as u64) };
+                        words[e / 2] |= (x as u32) << (16 * (e % 2));
+                    }
+                }
+            }
+            // SAFETY: inside the tile, 16-byte aligned.
+            unsafe { shared::store_u32x4(tile + swizzle(r, c, chunks as u32), words) };
+        }
+        return;
+    }
+    // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (chunk-padded
+    // instances run head dims that are multiples of 8, so no chunk is partial).
+    let bytes = if PAD == PAD_EXACT || c < d / 8 { 16 } else { 0 };
     for k in 0..ROWS / rows_per_pass {
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };

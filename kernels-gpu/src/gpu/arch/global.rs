@@ -97,6 +97,26 @@ impl Storage for F32 {
     }
 }
 
+/// Reads one 16-bit element's bits (the element-wise tile copies of odd head dims).
+///
+/// # Safety
+/// `addr` must be a valid, 2-byte aligned global address (read-only input).
+#[inline(always)]
+pub unsafe fn load_u16(addr: u64) -> u16 {
+    // SAFETY: caller's contract.
+    unsafe { load_b16(addr) }
+}
+
+/// Writes one 16-bit element's bits.
+///
+/// # Safety
+/// `addr` must be a valid, 2-byte aligned, writable global address.
+#[inline(always)]
+pub unsafe fn store_u16(addr: u64, h: u16) {
+    // SAFETY: caller's contract.
+    unsafe { store_b16(addr, h) }
+}
+
 /// Reads a `u32` (sequence offsets).
 ///
 /// # Safety

@@ -77,3 +77,16 @@ pub unsafe fn load_u32x4(addr: u32) -> [u32; 4] {
     };
     [a, b, c, d]
 }
+
+/// `st.shared.v4.b32`: four consecutive 32-bit words.
+///
+/// # Safety
+/// `addr` must lie inside the launch's shared memory, 16-byte aligned.
+#[inline(always)]
+pub unsafe fn store_u32x4(addr: u32, v: [u32; 4]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("st.shared.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    };
+}
