@@ -107,29 +107,27 @@ impl Device {
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
         let mut params = attn_params(problem, io, addresses, block_n);
-        // Split-KV: the partial outputs and log-sum-exps, freed in stream order after the
-        // combine kernel that reads them.
-        let partials = if plan.splits > 1 {
-            let rows = problem.lse_len() as u64;
-            let bytes = crate::plan::partial_bytes(problem, plan.splits);
-            let what = || format!("split-KV partial results ({} splits × {rows} rows)", plan.splits);
-            let buf = self.alloc_scratch(bytes, plan.scratch_bytes, what)?;
+        if plan.splits <= 1 {
+            // SAFETY: `params` is the forward kernel's parameter struct, built from validated
+            // layouts whose buffers hold every addressed element; the offset buffers are freed in
+            // stream order, after the kernel.
+            return unsafe { self.launch_plan(plan, &params) };
+        }
+        // Split-KV: the partial outputs and log-sum-exps, in the device's kept scratch.
+        let rows = problem.lse_len() as u64;
+        let bytes = crate::plan::partial_bytes(problem, plan.splits);
+        let what = || format!("split-KV partial results ({} splits × {rows} rows)", plan.splits);
+        self.with_split_scratch(bytes, plan.scratch_bytes, what, |address| {
             params.splits = plan.splits as u32;
             params.partial_rows = rows;
             // Outputs first: their rows (head dims of whole 16-byte chunks) stay 16-byte aligned.
-            params.partial_o = buf.device_address();
-            params.partial_lse = params.partial_o + 4 * plan.splits as u64 * rows * problem.head_dim() as u64;
-            Some(buf)
-        } else {
-            None
-        };
-        // SAFETY: `params` is the kernels' parameter struct (the forward kernel's and the
-        // combine's), built from validated layouts whose buffers hold every addressed element,
-        // with partial buffers sized for `plan.splits`. The offset and partial buffers are freed
-        // in stream order, after the kernels.
-        unsafe { self.launch_plan(plan, &params) }?;
-        drop(partials);
-        Ok(())
+            params.partial_o = address;
+            params.partial_lse = address + 4 * plan.splits as u64 * rows * problem.head_dim() as u64;
+            // SAFETY: as above, for the forward kernel and the combine, with partial buffers of
+            // at least `bytes` (sized for `plan.splits`), which no other call's kernels use until
+            // these have run (one stream; the scratch is locked while they are queued).
+            unsafe { self.launch_plan(plan, &params) }
+        })
     }
 
     /// Launches every kernel of `plan`, in order, each with `params`.

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
@@ -13,7 +13,7 @@ use flashattn_kernels::registry::{Family, Target};
 
 use crate::buffer::{DeviceBuffer, Element};
 use crate::error::{DriverContext, Error, Result};
-use crate::registry::{KernelId, Module};
+use crate::registry::{Function, KernelId, Module};
 
 /// What tile sizing and reports need to know about a device, read once at [`Device::new`].
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +82,9 @@ pub(crate) struct LaunchShape {
 pub struct Device {
     // Field order is drop order: cuBLAS, the module and the stream go before the context.
     blas: OnceLock<CudaBlas>,
+    /// Split-KV's partial results, kept between calls (up to [`SPLIT_SCRATCH_KEEP`] bytes), so
+    /// that a decode step allocates and frees nothing; locked while a call enqueues its kernels.
+    split_scratch: Mutex<Option<DeviceBuffer<u8>>>,
     module: OnceLock<Module>,
     target: Target,
     stream: Arc<CudaStream>,
@@ -96,6 +99,14 @@ impl std::fmt::Debug for Device {
         f.debug_struct("Device").field("props", &self.props).finish_non_exhaustive()
     }
 }
+
+/// The largest split-KV scratch a [`Device`] keeps between calls (bytes): decode steps of every
+/// `models` shape need less than 2 MiB.
+pub const SPLIT_SCRATCH_KEEP: u64 = 64 << 20;
+
+/// The smallest split-KV scratch a [`Device`] allocates to keep (bytes), so that small growth
+/// does not reallocate.
+const SPLIT_SCRATCH_MIN: u64 = 1 << 20;
 
 /// Loads the driver and returns the number of devices, without panicking when it is missing.
 fn init_driver() -> Result<usize> {
@@ -158,6 +169,7 @@ impl Device {
         let raised_shared = flashattn_kernels::registry::KERNELS.iter().map(|_| AtomicU32::new(0)).collect();
         Ok(Device {
             blas: OnceLock::new(),
+            split_scratch: Mutex::new(None),
             module: OnceLock::new(),
             target,
             stream,
@@ -273,6 +285,36 @@ impl Device {
         let slice =
             unsafe { self.stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
         Ok(DeviceBuffer { slice, len })
+    }
+
+    /// Runs `enqueue` with the device address of at least `bytes` of split-KV scratch. Up to
+    /// [`SPLIT_SCRATCH_KEEP`] bytes, the buffer is kept for the next call (all work runs on the
+    /// device's one stream, in order; the lock is held while `enqueue` queues the kernels that
+    /// write and read it); larger ones are allocated for this call and freed in stream order.
+    pub(crate) fn with_split_scratch<R>(
+        &self,
+        bytes: u64,
+        total: u64,
+        what: impl FnOnce() -> String,
+        enqueue: impl FnOnce(u64) -> Result<R>,
+    ) -> Result<R> {
+        if bytes > SPLIT_SCRATCH_KEEP {
+            let buf = self.alloc_scratch(bytes, total, what)?;
+            return enqueue(buf.device_address());
+        }
+        let mut kept = self.split_scratch.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let address = match kept.as_ref() {
+            Some(buf) if buf.size_bytes() as u64 >= bytes => buf.device_address(),
+            _ => {
+                // The old buffer is freed in stream order, after the kernels that used it.
+                *kept = None;
+                let buf = self.alloc_scratch(bytes.max(SPLIT_SCRATCH_MIN), total, what)?;
+                let address = buf.device_address();
+                *kept = Some(buf);
+                address
+            }
+        };
+        enqueue(address)
     }
 
     /// The cuBLAS handle (created on first use, on this device's stream).
@@ -398,20 +440,9 @@ impl Device {
         params: &P,
     ) -> Result<()> {
         self.bind()?;
-        let f = self.module()?.function(kernel)?.0;
+        let Function(f, static_shared) = self.module()?.function(kernel)?;
         let name = kernel.name();
-        let mut static_shared = 0;
-        // SAFETY: valid function handle and out-pointer.
-        unsafe {
-            sys::cuFuncGetAttribute(
-                &mut static_shared,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                f,
-            )
-        }
-        .result()
-        .context("reading a kernel's static shared memory")?;
-        let requested = shape.shared_bytes.saturating_add(static_shared.max(0) as u32);
+        let requested = shape.shared_bytes.saturating_add(static_shared);
         let limit = self.props.max_shared_per_block;
         if requested > limit {
             return Err(Error::SharedMemoryExceeded { kernel: name, requested, limit });

@@ -62,10 +62,11 @@ impl KernelId {
     }
 }
 
-/// A function handle; plain driver handles are usable from any thread once the owning context
-/// is current (`Device` binds its context before every use).
+/// A function handle, with its static shared memory in bytes (read once, at lookup: every
+/// launch checks its total against the device's limit); plain driver handles are usable from
+/// any thread once the owning context is current (`Device` binds its context before every use).
 #[derive(Clone, Copy)]
-pub(crate) struct Function(pub(crate) sys::CUfunction);
+pub(crate) struct Function(pub(crate) sys::CUfunction, pub(crate) u32);
 // SAFETY: see above.
 unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
@@ -138,7 +139,18 @@ impl Module {
         if rc != sys::CUresult::CUDA_SUCCESS {
             return Err(missing());
         }
-        Ok(*cell.get_or_init(|| Function(f)))
+        let mut static_shared = 0;
+        // SAFETY: valid function handle and out-pointer.
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut static_shared,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                f,
+            )
+        }
+        .result()
+        .map_err(|source| Error::Driver { context: "reading a kernel's static shared memory", source })?;
+        Ok(*cell.get_or_init(|| Function(f, static_shared.max(0) as u32)))
     }
 }
 
