@@ -344,7 +344,11 @@ unsafe fn flash_fwd_mma<
         let (r, c) = (i / chunks, i % chunks);
         let row = m0 + warp_row0 + r;
         // Chunks past the head dim (padded instances) are not stored.
-        let inside = PAD == PAD_EXACT || 8 * c < p.head_dim;
+        let inside = match PAD {
+            PAD_EXACT => true,
+            PAD_ELEMENTS => 8 * c < p.head_dim,
+            _ => c < p.head_dim / 8,
+        };
         if r < warp_rows && row < seq.len_q && inside {
             // SAFETY: inside the Q tile.
             let v = unsafe { shared::load_u32x4(stage + swizzle(warp_row0 + r, c, chunks)) };

@@ -147,9 +147,9 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     // operations) rather than hoisted out of the key loop into registers.
     let tid = thread_x_opaque() as usize;
     let (c, r0) = ((tid % chunks) as u32, (tid / chunks) as u32);
-    let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
-    let step = 2 * strides[1] * rows_per_pass as u64;
     if PAD == PAD_ELEMENTS {
+        let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
+        let step = 2 * strides[1] * rows_per_pass as u64;
         // Elements of this thread's chunk inside the head dim (0..=8).
         let inside = d.saturating_sub(8 * c).min(8);
         for k in 0..ROWS / rows_per_pass {
@@ -174,6 +174,8 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (chunk-padded
     // instances run head dims that are multiples of 8, so no chunk is partial).
     let bytes = if PAD == PAD_EXACT || c < d / 8 { 16 } else { 0 };
+    let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
+    let step = 2 * strides[1] * rows_per_pass as u64;
     for k in 0..ROWS / rows_per_pass {
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };
