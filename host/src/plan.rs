@@ -334,8 +334,10 @@ pub const AUTO_RULES: [AutoRule; 3] = [
         method: Method::FlashTensorCore,
         when: "f16 or bf16, head dim ≤ 256 (rows that are not 16-byte aligned, such as odd head dims, \
                are copied element by element)",
-        evidence: "0.90–1.26× FlashAttention-2 at every head dim 32–256, 10–80× the CUDA-core kernel \
-                   (results/2026-11-30-nvidia-h200/head-dims)",
+        evidence: "0.89–1.24× FlashAttention-2 at every head dim 32–256 that is a multiple of 8, 10–80× \
+                   the CUDA-core kernel (results/2026-11-30-nvidia-h200/everywhere/head-dims); element-wise \
+                   copies at d = 59 and 111: 52–61 TFLOP/s against 28–55 for cuBLAS standard attention \
+                   and 5–12 for the CUDA-core kernel (results/2026-11-30-nvidia-h200/odd-dims)",
     },
     AutoRule {
         method: Method::Standard,
