@@ -195,6 +195,8 @@ pub(crate) fn attn_params(
         head_dim: problem.head_dim() as u32,
         scale_log2: problem.scale_log2(),
         causal: problem.causal() as u32,
+        window_left: window_bound(problem.window().left),
+        window_right: window_bound(problem.window().right),
         block_n,
         lse_seq_stride: problem.lse_seq_stride() as u32,
         splits: 1,
@@ -202,4 +204,11 @@ pub(crate) fn attn_params(
         partial_lse: 0,
         partial_rows: 0,
     }
+}
+
+/// A window side as the kernels take it: [`flashattn_kernels::mask::UNBOUNDED`] for none (a
+/// bound that large sees every key anyway).
+fn window_bound(side: Option<usize>) -> u32 {
+    use flashattn_kernels::mask::UNBOUNDED;
+    side.map_or(UNBOUNDED, |b| b.min(UNBOUNDED as usize - 1) as u32)
 }

@@ -8,7 +8,7 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    bwd_default, mma_decode, mma_default, mma_elementwise, mma_find,
+    bwd_default, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -115,7 +115,8 @@ pub enum Reason {
     /// Standard attention runs variable-length batches one sequence at a time; `Method::Auto`
     /// leaves them to the flash kernel.
     VarLen,
-    /// A sliding window: the GPU kernels do not apply one yet (the CPU path does).
+    /// A sliding window: only the tensor-core forward kernel applies one on the GPU (the CPU
+    /// path does everywhere).
     Window,
     /// The method has no backward pass (on the GPU, only the tensor-core kernels have one).
     NoBackward,
@@ -173,9 +174,10 @@ impl std::fmt::Display for Reason {
                 1.0 / STANDARD_SCRATCH_FRACTION
             ),
             Reason::VarLen => f.write_str("a variable-length batch (it runs one sequence at a time)"),
-            Reason::Window => {
-                f.write_str("a sliding window (not on the GPU yet; `flashattn::cpu::attention` applies it)")
-            }
+            Reason::Window => f.write_str(
+                "a sliding window (on the GPU only the tensor-core forward applies one; \
+                 `flashattn::cpu::attention` and `cpu::attention_backward` apply it for any dtype)",
+            ),
             Reason::KvCache => f.write_str(
                 "per-entry K/V cache lengths (not on the GPU yet; `flashattn::cpu` runs them, forward and backward)",
             ),
@@ -454,7 +456,7 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if let Some(reason) = cpu_only_feature(problem) {
+    if let Some(reason) = cpu_only_feature(problem, true) {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
         return Err(unsupported(method, reason));
     }
@@ -649,7 +651,14 @@ fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> 
     if blocks == 0 || blocks >= target {
         return 1;
     }
-    let key_tiles = max_k.div_ceil(config.block_n as usize).max(1);
+    // With a window, a query tile visits about its span of keys, not all of them.
+    let w = problem.window();
+    let right = if problem.causal() { Some(0) } else { w.right };
+    let keys = match (w.left, right) {
+        (Some(l), Some(r)) => max_k.min(l.saturating_add(r).saturating_add(max_q)),
+        _ => max_k,
+    };
+    let key_tiles = keys.div_ceil(config.block_n as usize).max(1);
     let most = (key_tiles / SPLIT_MIN_KEY_TILES).clamp(1, MAX_SPLITS);
     let splits = (target.div_ceil(blocks) as usize).min(most);
     key_tiles.div_ceil(key_tiles.div_ceil(splits))
@@ -721,8 +730,28 @@ fn plan_mma(
         ));
     }
     let rows = eff.max_lens().0;
+    let windowed = !problem.window().is_none();
+    if windowed && !aligned {
+        // The window instances copy 16-byte chunks.
+        return Err(unsupported(method, Reason::Window));
+    }
     // A tile override picks one of the instantiated configurations of this head dim.
     let index = match (tiles.block_m, tiles.block_n) {
+        (None, None) if windowed => {
+            let i = mma_window(d as u32, rows <= 16).ok_or_else(|| unsupported(method, Reason::Window))?;
+            let c = MMA_CONFIGS[i];
+            why.push(format!(
+                "sliding-window instance ({}×{} tiles): key tiles outside every row's window are never loaded",
+                c.block_m, c.block_n
+            ));
+            i
+        }
+        (_, _) if windowed => {
+            let available = mma_window(d as u32, false)
+                .map(|i| vec![(MMA_CONFIGS[i].block_m, MMA_CONFIGS[i].block_n)])
+                .unwrap_or_default();
+            return Err(tile_error(method, tiles, TileError::NotInstantiated { head_dim: d, available }));
+        }
         (None, None) if rows <= 16 && aligned => {
             let i = mma_decode(d as u32).unwrap_or(default);
             why.push(format!("decode instance: {rows} query rows per tile, one warp per block"));
@@ -794,6 +823,9 @@ fn plan_simt(
 ) -> Result<Plan, InvalidInput> {
     let method = Method::Flash;
     let tiles = opts.tiles;
+    if !problem.window().is_none() {
+        return Err(unsupported(method, Reason::Window));
+    }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
     }
@@ -856,6 +888,9 @@ pub(crate) fn standard_matrix_elems(problem: &Problem) -> Option<u64> {
 fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Plan, InvalidInput> {
     let method = Method::Standard;
     let tiles = opts.tiles;
+    if !problem.window().is_none() {
+        return Err(unsupported(method, Reason::Window));
+    }
     if tiles != Tiles::default() {
         return Err(tile_error(method, tiles, TileError::NotTiled));
     }
@@ -968,7 +1003,7 @@ pub fn plan_backward(
         Method::Auto | Method::FlashTensorCore => {}
         other => return Err(unsupported(other, Reason::NoBackward)),
     }
-    if let Some(reason) = cpu_only_feature(problem) {
+    if let Some(reason) = cpu_only_feature(problem, false) {
         return Err(unsupported(method, reason));
     }
     if opts.splits.is_some_and(|s| s > 1) {
@@ -1090,9 +1125,11 @@ pub(crate) fn backward_locks(problem: &Problem) -> u64 {
 }
 
 /// The first feature of `problem` that only the CPU path runs so far (the forward's and the
-/// backward's planners refuse it alike): a sliding window, score modifiers, a K/V cache.
-fn cpu_only_feature(problem: &Problem) -> Option<Reason> {
-    if !problem.window().is_none() {
+/// backward's planners refuse it alike): a sliding window (unless `window_on_gpu`: the forward's
+/// tensor-core kernel applies one, the other forward methods refuse it themselves), score
+/// modifiers, a K/V cache.
+fn cpu_only_feature(problem: &Problem, window_on_gpu: bool) -> Option<Reason> {
+    if !window_on_gpu && !problem.window().is_none() {
         Some(Reason::Window)
     } else if problem.has_score_mod() {
         Some(Reason::ScoreMod)

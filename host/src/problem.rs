@@ -259,8 +259,9 @@ pub struct AttentionOptions {
     pub method: Method,
     /// Tile-size override (checked; an invalid one is an error, not a failed launch).
     pub tiles: Tiles,
-    /// Sliding window (runs on the CPU path for now; the GPU methods refuse it with
-    /// `Reason::Window`).
+    /// Sliding window: the tensor-core forward kernel and the CPU path apply it (key tiles
+    /// outside every row's window are never loaded); the other GPU methods and the GPU backward
+    /// refuse it with `Reason::Window`.
     pub window: Window,
     /// Split-KV override for the tensor-core kernel: how many blocks share each query tile's
     /// keys (`Some(1)`: no split). `None` lets the planner choose from the SM count and the

@@ -32,6 +32,10 @@ pub struct MmaConfig {
     /// How the instance's head dim relates to the problem's `d`: [`PAD_EXACT`],
     /// [`PAD_CHUNKS`] or [`PAD_ELEMENTS`].
     pub pad: u32,
+    /// 1: a sliding-window instance (the window's bounds are applied and key tiles outside
+    /// them skipped; chosen only for problems with a window, [`mma_window`]); 0: the others,
+    /// which carry none of that logic.
+    pub window: u32,
 }
 
 /// An exact instance: `d == head_dim` only, with none of the padding logic (the tuned kernels of
@@ -121,6 +125,7 @@ impl MmaConfig {
             && self.threads() % (self.pitch() / 8) == 0
             && self.min_blocks > 0
             && (self.v_stages == 1 || self.v_stages == 2)
+            && self.window <= 1
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -146,19 +151,39 @@ pub const fn mma_default(head_dim: u32, causal: bool, max_seqlen_q: usize) -> Op
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
-        if c.pad == PAD_EXACT && c.head_dim == head_dim && !c.is_decode() {
+        if c.pad == PAD_EXACT && c.head_dim == head_dim && !c.is_decode() && c.window == 0 {
             return Some(i);
         }
         i += 1;
     }
-    smallest_running(head_dim, PAD_CHUNKS, false, 0, 0)
+    smallest_running(head_dim, PAD_CHUNKS, false, 0, 0, 0)
+}
+
+/// Index of the sliding-window instance for head dim `head_dim` (16-byte aligned rows): the
+/// decode one (16 rows, one warp) when `decode` and one runs it, else the exact instance of that
+/// head dim if there is one, else the padded one of the smallest head dim that holds it.
+pub const fn mma_window(head_dim: u32, decode: bool) -> Option<usize> {
+    if decode {
+        if let Some(i) = smallest_running(head_dim, PAD_CHUNKS, true, 1, 0, 0) {
+            return Some(i);
+        }
+    }
+    let mut i = 0;
+    while i < MMA_CONFIGS.len() {
+        let c = MMA_CONFIGS[i];
+        if c.pad == PAD_EXACT && c.head_dim == head_dim && !c.is_decode() && c.window == 1 {
+            return Some(i);
+        }
+        i += 1;
+    }
+    smallest_running(head_dim, PAD_CHUNKS, false, 1, 0, 0)
 }
 
 /// Index of the element-wise instance ([`PAD_ELEMENTS`]) of the smallest head dim that holds
 /// `head_dim`: the tensor-core path for head dims that are not multiples of 8 and for rows that
 /// are not 16-byte aligned.
 pub const fn mma_elementwise(head_dim: u32) -> Option<usize> {
-    smallest_running(head_dim, PAD_ELEMENTS, false, 0, 0)
+    smallest_running(head_dim, PAD_ELEMENTS, false, 0, 0, 0)
 }
 
 /// Index of the decode instance for head dim `head_dim`: one warp and 16 query rows per block,
@@ -166,7 +191,7 @@ pub const fn mma_elementwise(head_dim: u32) -> Option<usize> {
 /// query heads packed into the rows), so that no warp computes on empty rows and more blocks
 /// share an SM to keep K/V loads in flight.
 pub const fn mma_decode(head_dim: u32) -> Option<usize> {
-    smallest_running(head_dim, PAD_CHUNKS, true, 0, 0)
+    smallest_running(head_dim, PAD_CHUNKS, true, 0, 0, 0)
 }
 
 /// The first instance of the smallest head dim that runs `head_dim`, with padding kind `pad`
@@ -175,6 +200,7 @@ const fn smallest_running(
     head_dim: u32,
     pad: u32,
     decode: bool,
+    window: u32,
     block_m: u32,
     block_n: u32,
 ) -> Option<usize> {
@@ -183,7 +209,8 @@ const fn smallest_running(
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
         let tiles = (block_m == 0 || c.block_m == block_m) && (block_n == 0 || c.block_n == block_n);
-        if (pad == ANY_PAD || c.pad == pad) && c.is_decode() == decode && c.runs(head_dim) && tiles {
+        let kind = (pad == ANY_PAD || c.pad == pad) && c.window == window;
+        if kind && c.is_decode() == decode && c.runs(head_dim) && tiles {
             best = match best {
                 Some(b) if MMA_CONFIGS[b].head_dim <= c.head_dim => Some(b),
                 _ => Some(i),
@@ -206,15 +233,16 @@ pub const fn mma_find(base: usize, head_dim: u32, block_m: u32, block_n: u32) ->
     let mut i = 0;
     while i < MMA_CONFIGS.len() {
         let c = MMA_CONFIGS[i];
-        if c.head_dim == base.head_dim && c.pad == base.pad && c.block_m == block_m && c.block_n == block_n {
+        let same_kind = c.head_dim == base.head_dim && c.pad == base.pad && c.window == base.window;
+        if same_kind && c.block_m == block_m && c.block_n == block_n {
             return Some(i);
         }
         i += 1;
     }
-    if base.pad == PAD_ELEMENTS {
+    if base.pad == PAD_ELEMENTS || base.window == 1 {
         return None;
     }
-    smallest_running(head_dim, ANY_PAD, true, block_m, block_n)
+    smallest_running(head_dim, ANY_PAD, true, 0, block_m, block_n)
 }
 
 /// A tensor-core backward configuration (FlashAttention-2's algorithm; `gpu/flash_bwd.rs`).
@@ -460,7 +488,7 @@ mod tests {
         assert_eq!(pad(160).pitch(), 256);
         // The tile override names each configuration of a head dim uniquely, among those of
         // the kind the planner picked.
-        for (i, c) in MMA_CONFIGS.iter().enumerate() {
+        for (i, c) in MMA_CONFIGS.iter().enumerate().filter(|(_, c)| c.window == 0) {
             let d = if c.pad == PAD_CHUNKS && c.head_dim % 64 == 0 { c.head_dim - 8 } else { c.head_dim };
             let base = if c.pad == PAD_ELEMENTS {
                 mma_elementwise(c.head_dim - 1).unwrap()
@@ -473,6 +501,20 @@ mod tests {
         // No decode fallback for element-wise rows (the decode instances copy 16-byte chunks).
         let e = mma_elementwise(59).unwrap();
         assert_eq!(mma_find(e, 59, 16, 64), None);
+    }
+
+    #[test]
+    fn window_instances_run_every_aligned_head_dim() {
+        for d in (8..=256).step_by(8) {
+            let c = MMA_CONFIGS[mma_window(d, false).unwrap()];
+            assert!(c.window == 1 && c.runs(d) && !c.is_decode(), "d = {d}: {c:?}");
+            let decode = MMA_CONFIGS[mma_window(d, true).unwrap()];
+            assert!(decode.window == 1 && decode.runs(d), "d = {d}: {decode:?}");
+            assert_eq!(decode.is_decode(), d <= 128, "d = {d}");
+            assert_eq!(MMA_CONFIGS[mma_default(d, false, 1).unwrap()].window, 0);
+        }
+        assert_eq!(MMA_CONFIGS[mma_window(128, false).unwrap()].pad, PAD_EXACT);
+        assert_eq!(mma_window(59, false), None);
     }
 
     #[test]

@@ -45,6 +45,59 @@ pub fn first_query(key: u32, len_q: u32, len_k: u32, causal: bool) -> u32 {
     (key as i64 + len_q as i64 - len_k as i64).clamp(0, u32::MAX as i64) as u32
 }
 
+/// A window side without a bound ([`row_key_begin`], [`row_key_end`]).
+pub const UNBOUNDED: u32 = u32::MAX;
+
+/// The first key query `t` sees: its diagonal key (`t + len_k − len_q`, bottom-right aligned)
+/// minus the window's `left` bound, clamped to the keys; 0 when `left` is [`UNBOUNDED`].
+#[inline(always)]
+pub fn row_key_begin(t: u32, len_q: u32, len_k: u32, left: u32) -> u32 {
+    if left == UNBOUNDED {
+        return 0;
+    }
+    let begin = t as i64 + len_k as i64 - len_q as i64 - left as i64;
+    begin.clamp(0, len_k as i64) as u32
+}
+
+/// One past the last key query `t` sees: its diagonal key plus the window's `right` bound (0
+/// with the causal mask, whatever `right` says) plus one, clamped to the keys; `len_k` without
+/// causal masking when `right` is [`UNBOUNDED`]. Query `t` sees keys
+/// `row_key_begin(..)..row_key_end(..)` (none where that range is empty).
+#[inline(always)]
+pub fn row_key_end(t: u32, len_q: u32, len_k: u32, causal: bool, right: u32) -> u32 {
+    let right = if causal { 0 } else { right };
+    if right == UNBOUNDED {
+        return len_k;
+    }
+    let end = t as i64 + len_k as i64 - len_q as i64 + right as i64 + 1;
+    end.clamp(0, len_k as i64) as u32
+}
+
+/// The query range `first..end` that sees some key of `key0..key0 + keys` (`keys ≥ 1`), by
+/// [`row_key_begin`] and [`row_key_end`]: the backward's key tiles visit only these queries.
+#[inline(always)]
+pub fn query_range(
+    key0: u32,
+    keys: u32,
+    len_q: u32,
+    len_k: u32,
+    causal: bool,
+    left: u32,
+    right: u32,
+) -> (u32, u32) {
+    let right = if causal { 0 } else { right };
+    let diag = len_k as i64 - len_q as i64;
+    // Query t sees key j iff t + diag − left ≤ j and j ≤ t + diag + right.
+    let first =
+        if right == UNBOUNDED { 0 } else { (key0 as i64 - diag - right as i64).clamp(0, len_q as i64) };
+    let end = if left == UNBOUNDED {
+        len_q as i64
+    } else {
+        (key0 as i64 + keys as i64 - 1 - diag + left as i64 + 1).clamp(0, len_q as i64)
+    };
+    (first as u32, end as u32)
+}
+
 /// [`visible`] for host-side `usize` coordinates (no truncation to 32 bits).
 #[inline]
 pub fn visible_usize(t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
@@ -63,6 +116,59 @@ pub fn key_end_usize(row_end: usize, len_q: usize, len_k: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
+
+    /// The window's bounds against a brute-force definition: query `t` sees key `j` iff
+    /// `diag − left ≤ j ≤ diag + right` (`diag = t + len_k − len_q`; causal: `right = 0`).
+    #[test]
+    fn window_bounds_match_brute_force() {
+        let sees = |t: u32, j: u32, q: u32, k: u32, causal: bool, l: u32, r: u32| {
+            let diag = t as i64 + k as i64 - q as i64;
+            let r = if causal { 0 } else { r };
+            (l == UNBOUNDED || j as i64 >= diag - l as i64) && (r == UNBOUNDED || j as i64 <= diag + r as i64)
+        };
+        for (len_q, len_k) in [(1, 1), (4, 4), (3, 7), (7, 3), (1, 9), (9, 1), (5, 0), (0, 5), (16, 40)] {
+            for causal in [false, true] {
+                for l in [0, 1, 2, 5, UNBOUNDED] {
+                    for r in [0, 1, 3, UNBOUNDED] {
+                        for t in 0..len_q {
+                            let keys: Vec<u32> =
+                                (0..len_k).filter(|&j| sees(t, j, len_q, len_k, causal, l, r)).collect();
+                            let (b, e) =
+                                (row_key_begin(t, len_q, len_k, l), row_key_end(t, len_q, len_k, causal, r));
+                            let got: Vec<u32> = (b..e.max(b)).collect();
+                            assert_eq!(got, keys, "t {t} of {len_q}x{len_k} causal {causal} l {l} r {r}");
+                            if causal && l == UNBOUNDED {
+                                assert_eq!(e, key_end(t + 1, len_q, len_k, true));
+                            }
+                        }
+                        for key0 in 0..len_k {
+                            for n in 1..=(len_k - key0).min(4) {
+                                let expect: Vec<u32> = (0..len_q)
+                                    .filter(|&t| {
+                                        (key0..key0 + n).any(|j| sees(t, j, len_q, len_k, causal, l, r))
+                                    })
+                                    .collect();
+                                let (f, e) = query_range(key0, n, len_q, len_k, causal, l, r);
+                                // The range holds every query that sees a key; the ends are exact.
+                                assert!(
+                                    expect.iter().all(|&t| f <= t && t < e),
+                                    "{key0}+{n}: {expect:?} vs {f}..{e}"
+                                );
+                                if let (Some(&lo), Some(&hi)) = (expect.first(), expect.last()) {
+                                    assert_eq!(
+                                        (f, e),
+                                        (lo, hi + 1),
+                                        "{key0}+{n} of {len_q}x{len_k} {causal} {l} {r}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn key_end_matches_visibility() {

@@ -73,6 +73,12 @@ pub struct AttnParams {
     pub scale_log2: f32,
     /// 1 for causal (bottom-right aligned), 0 otherwise.
     pub causal: u32,
+    /// Sliding window: keys a query sees before its diagonal key (`mask::UNBOUNDED`: all). Only
+    /// the tensor-core forward kernel reads it (the host refuses windows elsewhere).
+    pub window_left: u32,
+    /// Sliding window: keys a query sees after its diagonal key (`mask::UNBOUNDED`: all; 0 is
+    /// implied by `causal`).
+    pub window_right: u32,
     /// Keys per shared-memory tile (general kernel: a multiple of [`SIMT_KEY_CHUNK`]).
     pub block_n: u32,
     /// Row stride of the log-sum-exp output (seqlen_q, or total query tokens for varlen).

@@ -95,7 +95,7 @@ impl KernelInfo {
 }
 
 /// Calls `$m!` with the tensor-core instances, one `(head_dim, block_m, block_n, warps,
-/// min_blocks, v_stages, pad)` group each. The first exact instance (`pad` 0) of a head dim is
+/// min_blocks, v_stages, pad, window)` group each. The first exact instance (`pad` 0) of a head dim is
 /// its default (the tuned choice, `NOTES.md`); padded instances (`pad` 1) run every smaller head
 /// dim down to the next instance; element-wise instances (`pad` 2) run any head dim down to 1
 /// with rows aligned to the element only; one-warp instances of 16 rows (padded) are the decode kernels
@@ -105,39 +105,53 @@ impl KernelInfo {
 macro_rules! for_each_mma_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (64, 128, 96, 4, 1, 2, 0)
-            (64, 128, 64, 4, 1, 1, 0)
-            (64, 64, 64, 4, 3, 2, 0)
-            (128, 128, 64, 4, 1, 2, 0)
-            (128, 64, 64, 4, 1, 1, 0)
-            (256, 64, 64, 4, 1, 1, 0)
-            (256, 128, 64, 8, 1, 1, 0)
-            (32, 64, 128, 4, 3, 2, 1)
-            (32, 128, 64, 4, 1, 2, 1)
-            (64, 64, 64, 4, 3, 2, 1)
-            (96, 128, 64, 4, 1, 2, 1)
-            (128, 64, 64, 4, 1, 1, 1)
-            (160, 64, 64, 4, 1, 1, 1)
-            (192, 64, 64, 4, 1, 1, 1)
-            (224, 64, 64, 4, 1, 1, 1)
-            (256, 128, 64, 8, 1, 1, 1)
-            (64, 16, 64, 1, 4, 2, 1)
-            (128, 16, 64, 1, 4, 2, 1)
-            (256, 16, 32, 1, 2, 1, 1)
-            (32, 128, 128, 8, 1, 2, 1)
-            (192, 128, 64, 8, 1, 1, 1)
-            (64, 64, 64, 4, 2, 2, 2)
-            (128, 64, 64, 4, 1, 1, 2)
-            (256, 128, 64, 8, 1, 1, 2)
+            (64, 128, 96, 4, 1, 2, 0, 0)
+            (64, 128, 64, 4, 1, 1, 0, 0)
+            (64, 64, 64, 4, 3, 2, 0, 0)
+            (128, 128, 64, 4, 1, 2, 0, 0)
+            (128, 64, 64, 4, 1, 1, 0, 0)
+            (256, 64, 64, 4, 1, 1, 0, 0)
+            (256, 128, 64, 8, 1, 1, 0, 0)
+            (32, 64, 128, 4, 3, 2, 1, 0)
+            (32, 128, 64, 4, 1, 2, 1, 0)
+            (64, 64, 64, 4, 3, 2, 1, 0)
+            (96, 128, 64, 4, 1, 2, 1, 0)
+            (128, 64, 64, 4, 1, 1, 1, 0)
+            (160, 64, 64, 4, 1, 1, 1, 0)
+            (192, 64, 64, 4, 1, 1, 1, 0)
+            (224, 64, 64, 4, 1, 1, 1, 0)
+            (256, 128, 64, 8, 1, 1, 1, 0)
+            (64, 16, 64, 1, 4, 2, 1, 0)
+            (128, 16, 64, 1, 4, 2, 1, 0)
+            (256, 16, 32, 1, 2, 1, 1, 0)
+            (32, 128, 128, 8, 1, 2, 1, 0)
+            (192, 128, 64, 8, 1, 1, 1, 0)
+            (64, 64, 64, 4, 2, 2, 2, 0)
+            (128, 64, 64, 4, 1, 1, 2, 0)
+            (256, 128, 64, 8, 1, 1, 2, 0)
+            (64, 64, 64, 4, 2, 2, 0, 1)
+            (128, 64, 64, 4, 1, 1, 0, 1)
+            (256, 64, 64, 4, 1, 1, 0, 1)
+            (64, 64, 64, 4, 2, 2, 1, 1)
+            (128, 64, 64, 4, 1, 1, 1, 1)
+            (256, 64, 64, 4, 1, 1, 1, 1)
+            (128, 16, 64, 1, 4, 2, 1, 1)
         }
     };
 }
 
 /// The entry name of one tensor-core instance:
 /// `flash_fwd_mma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_w{warps}_b{min_blocks}_v{v_stages}`,
-/// with `_pad` appended for a padded instance and `_elem` for an element-wise one.
+/// with `_pad` appended for a padded instance and `_elem` for an element-wise one, then `_win`
+/// for a sliding-window instance.
 #[macro_export]
 macro_rules! mma_kernel_name {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt, 0) => {
+        $crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v, $p)
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt, 1) => {
+        concat!($crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v, $p), "_win")
+    };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, 0) => {
         concat!("flash_fwd_mma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_w", $w, "_b", $b, "_v", $v)
     };
@@ -193,15 +207,18 @@ macro_rules! simt_kernel_name {
 }
 
 macro_rules! mma_table {
-    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt))*) => {
+    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt, $win:tt))*) => {
         /// Every tensor-core configuration, in [`for_each_mma_instance!`] order.
         pub const MMA_CONFIGS: [$crate::config::MmaConfig; [$($d),*].len()] = [$(
-            $crate::config::MmaConfig { head_dim: $d, block_m: $m, block_n: $n, warps: $w, min_blocks: $b, v_stages: $v, pad: $p }
+            $crate::config::MmaConfig {
+                head_dim: $d, block_m: $m, block_n: $n, warps: $w, min_blocks: $b, v_stages: $v, pad: $p,
+                window: $win,
+            }
         ),*];
         /// Entry names of [`MMA_CONFIGS`], f16 then bf16.
         pub const MMA_KERNELS: [[&str; MMA_CONFIGS.len()]; 2] = [
-            [$(mma_kernel_name!("f16", $d, $m, $n, $w, $b, $v, $p)),*],
-            [$(mma_kernel_name!("bf16", $d, $m, $n, $w, $b, $v, $p)),*],
+            [$(mma_kernel_name!("f16", $d, $m, $n, $w, $b, $v, $p, $win)),*],
+            [$(mma_kernel_name!("bf16", $d, $m, $n, $w, $b, $v, $p, $win)),*],
         ];
     };
 }
@@ -338,14 +355,15 @@ mod tests {
         for (dtype, names) in ["f16", "bf16"].iter().zip(MMA_KERNELS) {
             for (c, name) in MMA_CONFIGS.iter().zip(names) {
                 let expect = format!(
-                    "flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}_v{}{}",
+                    "flash_fwd_mma_{dtype}_d{}_m{}_n{}_w{}_b{}_v{}{}{}",
                     c.head_dim,
                     c.block_m,
                     c.block_n,
                     c.warps,
                     c.min_blocks,
                     c.v_stages,
-                    ["", "_pad", "_elem"][c.pad as usize]
+                    ["", "_pad", "_elem"][c.pad as usize],
+                    if c.window == 1 { "_win" } else { "" }
                 );
                 assert_eq!(name, expect);
             }

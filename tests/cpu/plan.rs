@@ -370,22 +370,40 @@ fn auto_follows_its_rule_table() {
     assert_eq!(p.not_taken[1].reason, Reason::VarLen, "{p}");
 }
 
-/// A sliding window runs on the CPU path only for now: every GPU method refuses it, typed.
+/// A sliding window runs on the tensor-core forward kernel (Auto takes it); the other GPU
+/// methods refuse it, typed, and so does f32 (no tensor-core path) under Auto.
 #[test]
-fn windows_are_refused_on_the_gpu_for_now() {
+fn windows_run_on_tensor_cores_and_are_refused_elsewhere() {
     let l = Layout::bshd(1, 64, 2, 64);
+    let window = flashattn::Window { left: Some(8), right: None };
     for method in Method::ALL {
-        let opts = AttentionOptions {
-            method,
-            window: flashattn::Window { left: Some(8), right: None },
-            ..Default::default()
-        };
+        let opts = AttentionOptions { method, window, ..Default::default() };
         let r = plan(&DeviceProps::h200(), DType::BF16, &problem(l, l, &opts), &opts);
-        assert!(
-            matches!(r, Err(InvalidInput::Unsupported { reason: Reason::Window, .. })),
-            "{method}: {r:?}"
-        );
+        match method {
+            Method::Auto | Method::FlashTensorCore => {
+                assert_eq!(r.map(|p| p.method).ok(), Some(Method::FlashTensorCore), "{method}")
+            }
+            _ => assert!(
+                matches!(r, Err(InvalidInput::Unsupported { reason: Reason::Window, .. })),
+                "{method}: {r:?}"
+            ),
+        }
     }
+    let opts = AttentionOptions { window, ..Default::default() };
+    let r = plan(&DeviceProps::h200(), DType::F32, &problem(l, l, &opts), &opts);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::Window, .. })), "{r:?}");
+    // Decoding with a window splits by the window's keys, not the whole cache's.
+    let (q1, k) = (Layout::bshd(1, 1, 8, 128), Layout::bshd(1, 65_536, 8, 128));
+    let w = AttentionOptions {
+        window: flashattn::Window { left: Some(1024), right: Some(0) },
+        ..Default::default()
+    };
+    let windowed = plan(&DeviceProps::h200(), DType::BF16, &problem(q1, k, &w), &w).unwrap();
+    let full =
+        plan(&DeviceProps::h200(), DType::BF16, &problem(q1, k, &Default::default()), &Default::default())
+            .unwrap();
+    assert!(windowed.splits < full.splits, "{windowed} / {full}");
+    assert!(windowed.splits * 2 * 64 <= 1025 + 2 * 64, "{windowed}");
 }
 
 /// The backward's plan: three kernels (preprocessing, main, dQ conversion) with the instance's

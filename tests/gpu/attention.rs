@@ -37,6 +37,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::split_kv_bf16", split_kv::<bf16>),
     ("attention::gqa_packing_decode", gqa_packing),
     ("attention::split_kv_without_lse", split_kv_without_lse),
+    ("attention::sliding_windows_f16", sliding_windows::<f16>),
+    ("attention::sliding_windows_bf16", sliding_windows::<bf16>),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -322,7 +324,8 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
 
 /// Every instantiated tensor-core configuration (a tile override picks each), on ragged shapes.
 fn every_config(dev: &Device) -> Result<(), String> {
-    for c in flashattn::kernels::config::MMA_CONFIGS {
+    // (Window instances are chosen by a window, not by tiles: `sliding_windows` runs them.)
+    for c in flashattn::kernels::config::MMA_CONFIGS.into_iter().filter(|c| c.window == 0) {
         // Element-wise instances are chosen for rows that are not 16-byte aligned.
         let d = c.head_dim as usize - usize::from(c.pad == flashattn::kernels::config::PAD_ELEMENTS);
         for causal in [false, true] {
@@ -536,6 +539,82 @@ fn split_kv<T: Element>(dev: &Device) -> Result<(), String> {
             }
             if !run_and_check(dev, &case, Method::FlashTensorCore)? {
                 return Err(format!("the tensor-core kernel refused a split-KV case:\n{case}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sliding windows through the tensor-core kernel, against the oracle: left-only, right-only and
+/// two-sided windows (0 included: a query sees only its diagonal key), with and without the
+/// causal mask (which makes `right` 0), Nq ≠ Nk both ways (rows whose window holds no key), GQA,
+/// varlen with empty sequences, decode with split-KV (the planner's count and overrides that do
+/// not divide the window's tiles), exact, padded and element-wise head dims. The plan must be the
+/// tensor-core kernel's, and key tiles outside every row's window are never visited (checked
+/// through the split count the planner derives from the window).
+fn sliding_windows<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd, Padded};
+    let w = |left: Option<usize>, right: Option<usize>| flashattn::Window { left, right };
+    let windows = [
+        w(Some(0), Some(0)),
+        w(Some(1), None),
+        w(Some(100), None),
+        w(None, Some(3)),
+        w(Some(37), Some(64)),
+        w(Some(200), Some(0)),
+    ];
+    let varlen = || Sequences::VarLen {
+        q_lens: vec![65, 0, 129, 1, 200],
+        k_lens: vec![700, 3, 0, 64, 200],
+        spare_q: 1,
+        spare_k: 2,
+    };
+    let mut specs = Vec::new();
+    for (i, win) in windows.into_iter().enumerate() {
+        for causal in [false, true] {
+            let d = [64, 128, 256, 40, 96, 59][i % 6];
+            let layout = if d % 64 == 0 {
+                Bshd
+            } else if d % 8 == 0 {
+                Aligned
+            } else {
+                Padded
+            };
+            for mut s in [
+                spec(batch(2, 300, 300), 2, 1, d, causal, layout),
+                spec(batch(1, 130, 700), 4, 2, d, causal, Bhsd),
+                spec(batch(1, 700, 130), 2, 2, d, causal, layout),
+                spec(varlen(), 2, 1, d, causal, layout),
+                spec(batch(3, 1, 3000), 8, 2, d, causal, layout),
+            ] {
+                s.window = win;
+                specs.push(s);
+            }
+        }
+    }
+    if small() {
+        specs.retain(|s| s.head_dim <= 128);
+    }
+    for mut s in specs {
+        let decode = matches!(s.sequences, Sequences::Batch { seqlen_q: 1, .. });
+        let splits: &[Option<usize>] =
+            if decode && s.head_dim % 8 == 0 { &[None, Some(1), Some(5)] } else { &[None] };
+        for &n in splits {
+            s.splits = n;
+            let case = Case::<T>::random(&mut case_rng(), &s);
+            let plan = dev
+                .plan::<T>(
+                    &case.problem,
+                    &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() },
+                )
+                .map_err(|e| format!("{e}\n{case}"))?;
+            if let Some(n) = n {
+                if plan.splits != n {
+                    return Err(format!("asked for {n} splits, ran {plan}"));
+                }
+            }
+            if !run_and_check(dev, &case, Method::FlashTensorCore)? {
+                return Err(format!("the tensor-core kernel refused a window:\n{case}"));
             }
         }
     }

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use crate::util::{Result, cargo, root};
 
 /// The script written into the bundle. Commands: `test` (default), `sanitize`, `bench`,
-/// `timing`, `tune`, `decode`, `backward`, `help`; every one is listed in the header and in `usage` (a unit test
+/// `timing`, `tune`, `decode`, `backward`, `window`, `help`; every one is listed in the header and in `usage` (a unit test
 /// holds the three together).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
@@ -17,6 +17,7 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh tune             the tune example: every tensor-core tile configuration on the headline shapes
 #   ./run.sh decode [ARGS]    the decode example: Llama-3-8B decoding with every split count, in TB/s
 #   ./run.sh backward [ARGS]  the backward example: forward and backward times on the headline shapes
+#   ./run.sh window [ARGS]    the window example: sliding-window forward time against the window
 #   ./run.sh help             this list (also -h, --help)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,6 +31,7 @@ usage: run.sh [COMMAND] [ARGS]
   tune              the tune example: every tensor-core tile configuration on the headline shapes
   decode [ARGS]     the decode example: Llama-3-8B decoding with every split count, in TB/s
   backward [ARGS]   the backward example: forward and backward times on the headline shapes
+  window [ARGS]     the window example: sliding-window forward time against the window
   help, -h, --help  this list
 EOF
 }
@@ -78,6 +80,8 @@ case "$cmd" in
     run_bin decode "$@" ;;
   backward)
     run_bin backward "$@" ;;
+  window)
+    run_bin window "$@" ;;
   *)
     echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
@@ -224,7 +228,7 @@ const GPU_TESTS: &[&str] = &["gpu"];
 
 /// The release binaries the bundle carries besides the test executables.
 const BINARIES: &[&str] =
-    &["flashattn-bench", "examples/timing", "examples/tune", "examples/decode", "examples/backward"];
+    &["flashattn-bench", "examples/timing", "examples/tune", "examples/decode", "examples/backward", "examples/window"];
 
 /// One executable that cargo reported building.
 struct Artifact {
@@ -364,7 +368,7 @@ mod tests {
     fn run_sh_usage_and_header_name_every_command_it_accepts() {
         let labels = case_labels(RUN_SH);
         for expected in
-            ["test", "sanitize", "bench", "timing", "tune", "decode", "backward", "help", "-h", "--help"]
+            ["test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "help", "-h", "--help"]
         {
             assert!(labels.iter().any(|l| l == expected), "no `{expected})` arm in run.sh: {labels:?}");
         }

@@ -28,7 +28,9 @@ use super::arch::ldmatrix;
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
-use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x, thread_x_opaque};
+use super::arch::thread::{
+    block_x, block_y, block_z, grid_dim_x, opaque, sync_threads, thread_x, thread_x_opaque,
+};
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
 use crate::config::{MmaConfig, PAD_ELEMENTS, PAD_EXACT};
@@ -54,6 +56,7 @@ unsafe fn flash_fwd_mma<
     const D: usize,
     const PD: usize,
     const PAD: u32,
+    const WIN: bool,
     const BM: usize,
     const BN: usize,
     const W: usize,
@@ -97,12 +100,22 @@ unsafe fn flash_fwd_mma<
     let k_tile = q_tile + 2 * (BM * PD) as u32;
 
     let row_end = (m0 + BM as u32).min(seq.len_q);
-    let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
+    // The tile's keys: up to its last row's last key, and with a window (`WIN`) from its first
+    // row's first key (the bounds grow with the row); tiles outside are never visited.
+    let (n_end, n_begin) = if WIN {
+        (
+            mask::row_key_end(row_end - 1, seq.len_q, seq.len_k, causal, p.window_right),
+            mask::row_key_begin(m0, seq.len_q, seq.len_k, p.window_left),
+        )
+    } else {
+        (mask::key_end(row_end, seq.len_q, seq.len_k, causal), 0)
+    };
     let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
     // This block's key tiles: all of them, or its split's share (possibly none).
     let n_tiles = n_end.div_ceil(BN as u32);
-    let per_split = n_tiles.div_ceil(splits);
-    let j_begin = (split * per_split).min(n_tiles);
+    let first = (n_begin / BN as u32).min(n_tiles);
+    let per_split = (n_tiles - first).div_ceil(splits);
+    let j_begin = (first + split * per_split).min(n_tiles);
     let j_end = (j_begin + per_split).min(n_tiles);
 
     // Q and the first K tile.
@@ -211,9 +224,11 @@ unsafe fn flash_fwd_mma<
         }
         cp_async::commit();
 
-        // Mask the tiles that cross the diagonal or the end of the keys: each row sees keys below
-        // its own limit.
-        if n0 + (BN as u32) > free_end {
+        if WIN {
+            mask_window::<MI, NT, BM>(p, &seq, &mut s, n0, m0, warp_row0, (g, t4), causal);
+        } else if n0 + (BN as u32) > free_end {
+            // Mask the tiles that cross the diagonal or the end of the keys: each row sees keys
+            // below its own limit.
             for (mi, sm) in s.iter_mut().enumerate() {
                 for half in 0..2 {
                     let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
@@ -368,6 +383,60 @@ unsafe fn flash_fwd_mma<
     }
 }
 
+/// A sliding window's mask on one key tile's scores (the `WIN` instances): each row sees the keys
+/// of its own range (`mask::row_key_begin..mask::row_key_end`). Tiles that every row of the block
+/// sees whole are left alone; the bounds that decide it are recomputed here from an opaque copy
+/// of `m0` (a few integer operations), so that they take no register across the key loop. Two
+/// passes, one bound each: one register per row at the accumulators' peak.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn mask_window<const MI: usize, const NT: usize, const BM: usize>(
+    p: &AttnParams,
+    seq: &SeqView,
+    s: &mut [[[f32; 4]; NT]; MI],
+    n0: u32,
+    m0: u32,
+    warp_row0: u32,
+    (g, t4): (u32, u32),
+    causal: bool,
+) {
+    let bn = 8 * NT as u32;
+    let m0o = opaque(m0);
+    let block_rows = (seq.len_q - m0o).min(BM as u32);
+    let free_end = mask::row_key_end(m0o, seq.len_q, seq.len_k, causal, p.window_right);
+    let free_begin = mask::row_key_begin(m0o + block_rows - 1, seq.len_q, seq.len_k, p.window_left);
+    if n0 + bn > free_end {
+        for (mi, sm) in s.iter_mut().enumerate() {
+            for half in 0..2 {
+                let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
+                let limit = mask::row_key_end(row, seq.len_q, seq.len_k, causal, p.window_right);
+                for (nt, st) in sm.iter_mut().enumerate() {
+                    for e in 0..2 {
+                        if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                            st[2 * half + e] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if n0 < free_begin {
+        for (mi, sm) in s.iter_mut().enumerate() {
+            for half in 0..2 {
+                let row = m0 + warp_row0 + 16 * mi as u32 + g + 8 * half as u32;
+                let begin = mask::row_key_begin(row, seq.len_q, seq.len_k, p.window_left);
+                for (nt, st) in sm.iter_mut().enumerate() {
+                    for e in 0..2 {
+                        if n0 + 8 * nt as u32 + 2 * t4 + (e as u32) < begin {
+                            st[2 * half + e] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Split-KV: writes this warp's rows of the block's split, normalised, with their log-sum-exps,
 /// in f32 to the partial buffers (rows past the sequence and columns past the head dim are not
 /// written). Each quad of lanes writes a row's 8 consecutive columns of every 8-column tile.
@@ -419,17 +488,17 @@ unsafe fn store_partials<const MI: usize, const DT: usize, const PAD: u32>(
 /// One exported entry per instance of [`crate::for_each_mma_instance!`] and element type; its
 /// name is [`crate::mma_kernel_name!`]'s, which is also the host's.
 macro_rules! mma_entries {
-    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt))*) => {
-        $( mma_entries!(@one F16, "f16", $d, $m, $n, $w, $b, $v, $p);
-           mma_entries!(@one Bf16, "bf16", $d, $m, $n, $w, $b, $v, $p); )*
+    (() $(($d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt, $win:tt))*) => {
+        $( mma_entries!(@one F16, "f16", $d, $m, $n, $w, $b, $v, $p, $win);
+           mma_entries!(@one Bf16, "bf16", $d, $m, $n, $w, $b, $v, $p, $win); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $w:literal, $b:literal, $v:literal, $p:tt, $win:tt) => {
         const _: () = {
             /// Tensor-core flash-attention forward kernel (see the module docs).
             ///
             /// # Safety
             /// See [`flash_fwd_mma`].
-            #[unsafe(export_name = crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v, $p))]
+            #[unsafe(export_name = crate::mma_kernel_name!($dt, $d, $m, $n, $w, $b, $v, $p, $win))]
             pub unsafe extern "ptx-kernel" fn entry(p: AttnParams) {
                 const C: MmaConfig = MmaConfig {
                     head_dim: $d,
@@ -439,6 +508,7 @@ macro_rules! mma_entries {
                     min_blocks: $b,
                     v_stages: $v,
                     pad: $p,
+                    window: $win,
                 };
                 const MI: usize = (C.block_m / (16 * C.warps)) as usize;
                 const KQ: usize = if C.q_in_registers() { (C.head_dim / 16) as usize } else { 1 };
@@ -449,6 +519,7 @@ macro_rules! mma_entries {
                         { C.head_dim as usize },
                         { C.pitch() as usize },
                         { C.pad },
+                        { C.window == 1 },
                         { C.block_m as usize },
                         { C.block_n as usize },
                         { C.warps as usize },

@@ -20,6 +20,16 @@ pub fn thread_x_opaque() -> u32 {
     t
 }
 
+/// `x` through an instruction the compiler treats as opaque: values derived from the result
+/// inside a loop are computed there, not hoisted out of it and kept in registers across it.
+#[inline(always)]
+pub fn opaque(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: a register move.
+    unsafe { core::arch::asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x) };
+    y
+}
+
 /// `%ntid.x`: threads per block along x.
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
