@@ -18,14 +18,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let l = Layout::bshd(b, n, h, d);
     let len = l.required_len().unwrap_or(0);
     let mut rng = rand::rng();
-    let mut host = || -> Vec<bf16> { (0..len).map(|_| bf16::from_f32(rng.random_range(-1.0..1.0))).collect() };
+    let mut host =
+        || -> Vec<bf16> { (0..len).map(|_| bf16::from_f32(rng.random_range(-1.0..1.0))).collect() };
     let (q, k, v) = (dev.upload(&host())?, dev.upload(&host())?, dev.upload(&host())?);
     let mut out = dev.alloc::<bf16>(len)?;
     println!("bf16 B={b} H={h} N={n} d={d}, causal; {}", dev.props());
     println!("{:>8} | {:>9} {:>9} {:>8} | {:>9} | plan", "window", "ms", "spread", "TFLOP/s", "vs causal");
     let mut causal_ms = None;
     for left in [None, Some(8192), Some(4096), Some(2048), Some(1024), Some(512), Some(256)] {
-        let opts = AttentionOptions { causal: true, window: Window { left, right: None }, ..Default::default() };
+        let opts =
+            AttentionOptions { causal: true, window: Window { left, right: None }, ..Default::default() };
         let problem = Problem::new(l, l, l, l, [len; 4], &opts)?;
         let mut plan = None;
         let mut call = || -> flashattn::Result<()> {

@@ -227,8 +227,14 @@ pub fn prepare_out(out: &Path, decision: OutDecision) -> Result<()> {
 const GPU_TESTS: &[&str] = &["gpu"];
 
 /// The release binaries the bundle carries besides the test executables.
-const BINARIES: &[&str] =
-    &["flashattn-bench", "examples/timing", "examples/tune", "examples/decode", "examples/backward", "examples/window"];
+const BINARIES: &[&str] = &[
+    "flashattn-bench",
+    "examples/timing",
+    "examples/tune",
+    "examples/decode",
+    "examples/backward",
+    "examples/window",
+];
 
 /// One executable that cargo reported building.
 struct Artifact {
@@ -367,9 +373,10 @@ mod tests {
     #[test]
     fn run_sh_usage_and_header_name_every_command_it_accepts() {
         let labels = case_labels(RUN_SH);
-        for expected in
-            ["test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "help", "-h", "--help"]
-        {
+        for expected in [
+            "test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "help", "-h",
+            "--help",
+        ] {
             assert!(labels.iter().any(|l| l == expected), "no `{expected})` arm in run.sh: {labels:?}");
         }
         let usage = usage_text(RUN_SH);
