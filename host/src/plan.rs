@@ -8,7 +8,7 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    bwd_default, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
+    bwd_default, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -115,8 +115,8 @@ pub enum Reason {
     /// Standard attention runs variable-length batches one sequence at a time; `Method::Auto`
     /// leaves them to the flash kernel.
     VarLen,
-    /// A sliding window: only the tensor-core forward kernel applies one on the GPU (the CPU
-    /// path does everywhere).
+    /// A sliding window: only the tensor-core kernels (forward and backward, 16-byte rows) apply
+    /// one on the GPU (the CPU path does everywhere).
     Window,
     /// The method has no backward pass (on the GPU, only the tensor-core kernels have one).
     NoBackward,
@@ -175,8 +175,9 @@ impl std::fmt::Display for Reason {
             ),
             Reason::VarLen => f.write_str("a variable-length batch (it runs one sequence at a time)"),
             Reason::Window => f.write_str(
-                "a sliding window (on the GPU only the tensor-core forward applies one; \
-                 `flashattn::cpu::attention` and `cpu::attention_backward` apply it for any dtype)",
+                "a sliding window (on the GPU only the tensor-core kernels apply one, forward and \
+                 backward, on rows of 16 bytes; `flashattn::cpu::attention` and \
+                 `cpu::attention_backward` apply it for any dtype and layout)",
             ),
             Reason::KvCache => f.write_str(
                 "per-entry K/V cache lengths (not on the GPU yet; `flashattn::cpu` runs them, forward and backward)",
@@ -456,7 +457,7 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if let Some(reason) = cpu_only_feature(problem, true) {
+    if let Some(reason) = cpu_only_feature(problem) {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
         return Err(unsupported(method, reason));
     }
@@ -1003,7 +1004,7 @@ pub fn plan_backward(
         Method::Auto | Method::FlashTensorCore => {}
         other => return Err(unsupported(other, Reason::NoBackward)),
     }
-    if let Some(reason) = cpu_only_feature(problem, false) {
+    if let Some(reason) = cpu_only_feature(problem) {
         return Err(unsupported(method, reason));
     }
     if opts.splits.is_some_and(|s| s > 1) {
@@ -1013,7 +1014,9 @@ pub fn plan_backward(
         return Err(unsupported(method, Reason::DType { dtype }));
     }
     let d = problem.head_dim();
-    let index = bwd_default(d as u32).ok_or_else(|| {
+    let windowed = !problem.window().is_none();
+    let index = if windowed { bwd_window(d as u32) } else { bwd_default(d as u32) };
+    let index = index.ok_or_else(|| {
         let supported = BWD_CONFIGS.iter().map(|c| c.head_dim).collect();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
@@ -1094,6 +1097,12 @@ pub fn plan_backward(
             "in any order (the last bits of dQ may differ from run to run; `deterministic: true` fixes the order)"
         }
     )];
+    let mut why = why;
+    if windowed {
+        why.push(
+            "sliding window: each key tile visits only the query tiles whose windows hold its keys".into(),
+        );
+    }
     let mut plan = Plan {
         method,
         launches,
@@ -1125,13 +1134,10 @@ pub(crate) fn backward_locks(problem: &Problem) -> u64 {
 }
 
 /// The first feature of `problem` that only the CPU path runs so far (the forward's and the
-/// backward's planners refuse it alike): a sliding window (unless `window_on_gpu`: the forward's
-/// tensor-core kernel applies one, the other forward methods refuse it themselves), score
-/// modifiers, a K/V cache.
-fn cpu_only_feature(problem: &Problem, window_on_gpu: bool) -> Option<Reason> {
-    if !window_on_gpu && !problem.window().is_none() {
-        Some(Reason::Window)
-    } else if problem.has_score_mod() {
+/// backward's planners refuse it alike): score modifiers, a K/V cache. (Sliding windows run on
+/// the tensor-core kernels; the methods without them refuse windows themselves.)
+fn cpu_only_feature(problem: &Problem) -> Option<Reason> {
+    if problem.has_score_mod() {
         Some(Reason::ScoreMod)
     } else if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
         Some(Reason::KvCache)

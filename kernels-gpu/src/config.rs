@@ -258,6 +258,8 @@ pub struct BwdConfig {
     pub warps: u32,
     /// Blocks per SM its register allocation must allow (launch bounds, as [`MmaConfig`]).
     pub min_blocks: u32,
+    /// 1: a sliding-window instance (as [`MmaConfig::window`]; chosen by [`bwd_window`]).
+    pub window: u32,
 }
 
 impl BwdConfig {
@@ -305,7 +307,9 @@ impl BwdConfig {
     /// every pass of every step: where passes are short (head dims above 64, 16 queries a pass),
     /// the reloads were a quarter of the kernel's `ldmatrix` (NOTES.md, backward).
     pub const fn kv_in_registers(&self) -> bool {
-        self.head_dim > 64
+        // (Not in the window instances: the window's bounds need the registers, and ptxas
+        // spilled at d = 128; the reloads cost 1–4%, `NOTES.md` b3.)
+        self.head_dim > 64 && self.window == 0
     }
 
     /// Column tiles (8 columns each) of a warp's dQ share per pass of the dQ product: all of
@@ -365,11 +369,21 @@ const _: () = {
 /// Index into [`BWD_CONFIGS`] of the instance that runs head dim `head_dim`: the smallest
 /// instantiated head dim that holds it.
 pub const fn bwd_default(head_dim: u32) -> Option<usize> {
+    bwd_smallest(head_dim, 0)
+}
+
+/// Index of the backward's sliding-window instance for head dim `head_dim` (as
+/// [`bwd_default`], among the window instances).
+pub const fn bwd_window(head_dim: u32) -> Option<usize> {
+    bwd_smallest(head_dim, 1)
+}
+
+const fn bwd_smallest(head_dim: u32, window: u32) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut i = 0;
     while i < BWD_CONFIGS.len() {
         let c = BWD_CONFIGS[i];
-        if c.runs(head_dim) {
+        if c.runs(head_dim) && c.window == window {
             best = match best {
                 Some(b) if BWD_CONFIGS[b].head_dim <= c.head_dim => Some(b),
                 _ => Some(i),

@@ -169,23 +169,32 @@ macro_rules! mma_kernel_name {
 macro_rules! for_each_bwd_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (32, 4, 3)
-            (64, 4, 3)
-            (128, 8, 1)
+            (32, 4, 3, 0)
+            (64, 4, 3, 0)
+            (128, 8, 1, 0)
+            (32, 4, 3, 1)
+            (64, 4, 3, 1)
+            (128, 8, 1, 1)
         }
     };
 }
 
 /// The entry names of one backward instance: the main kernel
 /// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
-/// `flash_bwd_prep_{dtype}_d{head_dim}`.
+/// `flash_bwd_prep_{dtype}_d{head_dim}`, with `_win` appended for a sliding-window instance.
 #[macro_export]
 macro_rules! bwd_kernel_name {
-    (main, $dt:literal, $d:literal, $w:literal, $b:literal) => {
+    (main, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b)
     };
-    (prep, $dt:literal, $d:literal, $w:literal, $b:literal) => {
+    (main, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
+        concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_win")
+    };
+    (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d)
+    };
+    (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
+        concat!("flash_bwd_prep_", $dt, "_d", $d, "_win")
     };
 }
 
@@ -225,20 +234,20 @@ macro_rules! mma_table {
 for_each_mma_instance!(mma_table);
 
 macro_rules! bwd_table {
-    (() $(($d:literal, $w:literal, $b:literal))*) => {
+    (() $(($d:literal, $w:literal, $b:literal, $win:tt))*) => {
         /// Every backward configuration, in [`for_each_bwd_instance!`] order.
         pub const BWD_CONFIGS: [$crate::config::BwdConfig; [$($d),*].len()] = [$(
-            $crate::config::BwdConfig { head_dim: $d, warps: $w, min_blocks: $b }
+            $crate::config::BwdConfig { head_dim: $d, warps: $w, min_blocks: $b, window: $win }
         ),*];
         /// Entry names of the backward's main kernels, f16 then bf16.
         pub const BWD_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
-            [$(bwd_kernel_name!(main, "f16", $d, $w, $b)),*],
-            [$(bwd_kernel_name!(main, "bf16", $d, $w, $b)),*],
+            [$(bwd_kernel_name!(main, "f16", $d, $w, $b, $win)),*],
+            [$(bwd_kernel_name!(main, "bf16", $d, $w, $b, $win)),*],
         ];
         /// Entry names of the backward's preprocessing kernels, f16 then bf16.
         pub const BWD_PREP_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
-            [$(bwd_kernel_name!(prep, "f16", $d, $w, $b)),*],
-            [$(bwd_kernel_name!(prep, "bf16", $d, $w, $b)),*],
+            [$(bwd_kernel_name!(prep, "f16", $d, $w, $b, $win)),*],
+            [$(bwd_kernel_name!(prep, "bf16", $d, $w, $b, $win)),*],
         ];
     };
 }

@@ -455,9 +455,12 @@ fn backward_plans_and_refusals() {
             Reason::NoBackward
         );
     }
+    // A window runs on the window instance, and says so.
     let window =
         AttentionOptions { window: flashattn::Window { left: Some(8), right: None }, ..Default::default() };
-    assert_eq!(refused(DType::BF16, l, window), Reason::Window);
+    let p = plan_backward(&h200, DType::BF16, &problem(l, l, &window), &window, layouts).unwrap();
+    assert!(p.to_string().contains("_win`"), "{p}");
+    assert!(p.why.iter().any(|w| w.contains("sliding window")), "{p}");
     assert_eq!(
         refused(DType::BF16, l, AttentionOptions { splits: Some(2), ..Default::default() }),
         Reason::NoSplitKv

@@ -161,6 +161,44 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         specs.push(spec(batch(1, 1025, 1025), 2, 2, 128, true, Bhsd));
         specs.push(spec(batch(2, 513, 1000), 8, 2, 64, false, Bshd));
     }
+    // Sliding windows (the window instances): left-only, right-only, two-sided and 0-wide, with
+    // and without the causal mask, Nq ≠ Nk both ways, GQA, varlen with empty sequences.
+    let w = |left: Option<usize>, right: Option<usize>| flashattn::Window { left, right };
+    for (i, win) in [
+        w(Some(0), Some(0)),
+        w(Some(5), None),
+        w(None, Some(9)),
+        w(Some(70), Some(33)),
+        w(Some(200), Some(0)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = dims[i % dims.len()];
+        for causal in [false, true] {
+            for mut s in [
+                spec(batch(2, 300, 300), 4, 2, d, causal, Bshd),
+                spec(batch(1, 130, 500), 2, 1, d, causal, Bhsd),
+                spec(batch(1, 500, 130), 2, 2, d, causal, Aligned),
+                spec(
+                    Sequences::VarLen {
+                        q_lens: vec![65, 0, 129, 1],
+                        k_lens: vec![300, 3, 0, 64],
+                        spare_q: 1,
+                        spare_k: 2,
+                    },
+                    2,
+                    1,
+                    d,
+                    causal,
+                    Bshd,
+                ),
+            ] {
+                s.window = win;
+                specs.push(s);
+            }
+        }
+    }
     let mut worst = 0.0f64;
     for (i, s) in specs.iter().enumerate() {
         let case = Case::<T>::random(&mut case_rng(), s);
@@ -240,10 +278,12 @@ fn refusals(dev: &Device) -> Result<(), String> {
     if !matches!(try_case(&wide, Method::Auto)?, Reason::HeadDim { .. }) {
         return Err("a head dim above the backward's instances must be Reason::HeadDim".into());
     }
+    // A window on rows that are not 16-byte aligned (the backward has no element-wise path).
     let mut window = base.clone();
     window.window = flashattn::Window { left: Some(4), right: None };
-    if try_case(&window, Method::Auto)? != Reason::Window {
-        return Err("a window must be Reason::Window".into());
+    window.layout = LayoutKind::Padded;
+    if !matches!(try_case(&window, Method::Auto)?, Reason::Alignment { .. }) {
+        return Err("a window on unaligned rows must be Reason::Alignment".into());
     }
     for m in [Method::Flash, Method::Standard] {
         if try_case(&base, m)? != Reason::NoBackward {
@@ -289,8 +329,12 @@ fn deterministic(dev: &Device) -> Result<(), String> {
             Bshd,
         ),
     ];
+    // A sliding window: the turn counters start at each query tile's first key tile.
+    let mut windowed = spec(batch(2, 600, 700), 4, 2, 64, true, Bshd);
+    windowed.window = flashattn::Window { left: Some(150), right: None };
+    specs.insert(1, windowed);
     if small() {
-        specs.truncate(1);
+        specs.truncate(2);
     }
     for s in &specs {
         let mut case = Case::<bf16>::random(&mut case_rng(), s);

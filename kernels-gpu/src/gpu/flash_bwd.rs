@@ -81,7 +81,7 @@ fn b_rows(lane: u32, chunks: u32) -> FragRows {
 /// accumulator buffers of `bp.attn.partial_rows` rows; launch with [`PT`] threads and
 /// [`BwdConfig::prep_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
-unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParams) {
+unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bool>(bp: &BwdParams) {
     const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32)) };
     let p = &bp.attn;
     let tid = thread_x();
@@ -93,9 +93,16 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
     let seq = unsafe { SeqView::of(p, z) };
     let m0 = block_x() * BM as u32;
     if bp.locks != 0 && thread_x() == 0 {
-        // Deterministic mode: this query tile's turn counter starts at key tile 0.
+        // Deterministic mode: this query tile's turn counter starts at the first main-kernel key
+        // tile (`p.block_n` keys) that visits it: 0, or with a window the one holding its first
+        // row's first key (the key tiles that visit a query tile are consecutive).
+        let first = if WIN {
+            mask::row_key_begin(m0.min(seq.len_q), seq.len_q, seq.len_k, p.window_left) / p.block_n.max(1)
+        } else {
+            0
+        };
         // SAFETY: one counter per block of this grid (host sizing).
-        unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), 0) };
+        unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), first) };
     }
     if m0 >= seq.len_q {
         return;
@@ -108,18 +115,28 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
     // Two stages of (K, V).
     let k_tile = |stage: u32| do_tile + tile_bytes(BM) + stage * 2 * tile_bytes(PBN);
     let row_end = (m0 + BM as u32).min(seq.len_q);
-    let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, causal);
+    let (n_end, n_begin) = if WIN {
+        (
+            mask::row_key_end(row_end - 1, seq.len_q, seq.len_k, causal, p.window_right),
+            mask::row_key_begin(m0, seq.len_q, seq.len_k, p.window_left),
+        )
+    } else {
+        (mask::key_end(row_end, seq.len_q, seq.len_k, causal), 0)
+    };
     let n_tiles = n_end.div_ceil(PBN as u32);
+    // (With a window, the key tiles before the first row's first key are never visited.)
+    let first = (n_begin / PBN as u32).min(n_tiles);
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
         load_tile::<BM, PD, PT, PAD_CHUNKS>(q_tile, HeadRows::queries(p, &seq, h), m0);
         load_tile::<BM, PD, PT, PAD_CHUNKS>(do_tile, HeadRows::outputs(p, &seq, h), m0);
-        if n_tiles > 0 {
-            load_tile::<PBN, PD, PT, PAD_CHUNKS>(k_tile(0), HeadRows::keys(p, &seq, kv_h), 0);
+        if first < n_tiles {
+            let n0 = first * PBN as u32;
+            load_tile::<PBN, PD, PT, PAD_CHUNKS>(k_tile(first % 2), HeadRows::keys(p, &seq, kv_h), n0);
             load_tile::<PBN, PD, PT, PAD_CHUNKS>(
-                k_tile(0) + tile_bytes(PBN),
+                k_tile(first % 2) + tile_bytes(PBN),
                 HeadRows::values(p, &seq, kv_h),
-                0,
+                n0,
             );
         }
     }
@@ -143,16 +160,23 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
     let warp_row0 = warp * 16;
     let mut lse = [f32::NEG_INFINITY; 2];
     let mut limit = [0u32; 2];
+    // (With a window, each row's first key; 0 otherwise.)
+    let mut begin = [0u32; 2];
     for (half, (l, lim)) in lse.iter_mut().zip(&mut limit).enumerate() {
         let row = m0 + warp_row0 + g + 8 * half as u32;
         if row < seq.len_q {
             // SAFETY: inside the log-sum-exp input (host sizing).
             *l = unsafe { global::load_f32(p.lse + 4 * seq.lse_index(p, h, row)) };
-            *lim = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+            *lim = if WIN {
+                begin[half] = mask::row_key_begin(row, seq.len_q, seq.len_k, p.window_left);
+                mask::row_key_end(row, seq.len_q, seq.len_k, causal, p.window_right)
+            } else {
+                mask::key_end(row + 1, seq.len_q, seq.len_k, causal)
+            };
         }
     }
     let mut stats = [GradRow::new(); 2];
-    for j in 0..n_tiles {
+    for j in first..n_tiles {
         let n0 = j * PBN as u32;
         cp_async::wait::<0>();
         sync_threads(); // K_j, V_j (and Q, dO) visible; every warp is done with stage j+1's last use
@@ -200,7 +224,8 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize>(bp: &BwdParam
                 for e in 0..2 {
                     let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
                     let x = &mut sn[2 * half + e];
-                    *x = if key < limit[half] { prob_from_lse(*x, p.scale_log2, lse[half]) } else { 0.0 };
+                    let seen = key < limit[half] && (!WIN || key >= begin[half]);
+                    *x = if seen { prob_from_lse(*x, p.scale_log2, lse[half]) } else { 0.0 };
                     if *x > best {
                         (best, best_dp) = (*x, dn[2 * half + e]);
                     }
@@ -261,6 +286,7 @@ unsafe fn bwd_main<
     const KVR: bool,
     const KK: usize,
     const DQC: usize,
+    const WIN: bool,
 >(
     bp: &BwdParams,
 ) {
@@ -303,8 +329,15 @@ unsafe fn bwd_main<
     // The query tiles that see these keys, for every query head of the group, as one sequence of
     // steps: step `it` is head `kv_h·G + it / per_head`, tile `first + it % per_head`.
     let group = p.group.max(1);
-    let first = mask::first_query(n0, seq.len_q, seq.len_k, causal) / BM as u32;
-    let per_head = seq.len_q.div_ceil(BM as u32).saturating_sub(first);
+    // (With a window, only the queries whose windows hold one of these keys.)
+    let (q_first, q_end) = if WIN {
+        let keys = (seq.len_k - n0).min(BN as u32);
+        mask::query_range(n0, keys, seq.len_q, seq.len_k, causal, p.window_left, p.window_right)
+    } else {
+        (mask::first_query(n0, seq.len_q, seq.len_k, causal), seq.len_q)
+    };
+    let first = q_first / BM as u32;
+    let per_head = q_end.div_ceil(BM as u32).saturating_sub(first);
     let steps = group * per_head;
     let step = |it: u32| (kv_h * group + it / per_head.max(1), (first + it % per_head.max(1)) * BM as u32);
     // Issues step `it`'s Q and dO copies and stores its row statistics into stage `s`:
@@ -428,11 +461,18 @@ unsafe fn bwd_main<
                     // SAFETY: inside the statistics stage, 16-byte aligned.
                     let [lse, inv, pivot, d_rel] =
                         unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qc) };
-                    let limit = mask::key_end(m0 + qc + 1, seq.len_q, seq.len_k, causal);
+                    let (begin, limit) = if WIN {
+                        (
+                            mask::row_key_begin(m0 + qc, seq.len_q, seq.len_k, p.window_left),
+                            mask::row_key_end(m0 + qc, seq.len_q, seq.len_k, causal, p.window_right),
+                        )
+                    } else {
+                        (0, mask::key_end(m0 + qc + 1, seq.len_q, seq.len_k, causal))
+                    };
                     for half in 0..2 {
                         let key = key0 + g + 8 * half as u32;
                         let x = sn[2 * half + e];
-                        let pr = if key < limit && inv > 0.0 {
+                        let pr = if key < limit && key >= begin && inv > 0.0 {
                             prob_from_lse(x, p.scale_log2, lse) * inv
                         } else {
                             0.0
@@ -595,19 +635,19 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
 
 /// The entry points of one [`crate::for_each_bwd_instance!`] group and element type.
 macro_rules! bwd_entries {
-    (() $(($d:literal, $w:literal, $b:literal))*) => {
-        $( bwd_entries!(@one F16, "f16", $d, $w, $b);
-           bwd_entries!(@one Bf16, "bf16", $d, $w, $b); )*
+    (() $(($d:literal, $w:literal, $b:literal, $win:tt))*) => {
+        $( bwd_entries!(@one F16, "f16", $d, $w, $b, $win);
+           bwd_entries!(@one Bf16, "bf16", $d, $w, $b, $win); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         const _: () = {
-            const C: BwdConfig = BwdConfig { head_dim: $d, warps: $w, min_blocks: $b };
+            const C: BwdConfig = BwdConfig { head_dim: $d, warps: $w, min_blocks: $b, window: $win };
 
             /// The backward's main kernel (see the module docs).
             ///
             /// # Safety
             /// See [`bwd_main`].
-            #[unsafe(export_name = crate::bwd_kernel_name!(main, $dt, $d, $w, $b))]
+            #[unsafe(export_name = crate::bwd_kernel_name!(main, $dt, $d, $w, $b, $win))]
             pub unsafe extern "ptx-kernel" fn entry_main(p: BwdParams) {
                 // SAFETY: forwarded contract.
                 unsafe {
@@ -624,6 +664,7 @@ macro_rules! bwd_entries {
                         { C.kv_in_registers() },
                         { if C.kv_in_registers() { (C.head_dim / 16) as usize } else { 1 } },
                         { C.dq_pass_tiles() as usize },
+                        { C.window == 1 },
                     >(&p)
                 }
             }
@@ -632,10 +673,10 @@ macro_rules! bwd_entries {
             ///
             /// # Safety
             /// See [`bwd_prep`].
-            #[unsafe(export_name = crate::bwd_kernel_name!(prep, $dt, $d, $w, $b))]
+            #[unsafe(export_name = crate::bwd_kernel_name!(prep, $dt, $d, $w, $b, $win))]
             pub unsafe extern "ptx-kernel" fn entry_prep(p: BwdParams) {
                 // SAFETY: forwarded contract.
-                unsafe { bwd_prep::<$elem, { C.head_dim as usize }, { C.pitch() as usize }>(&p) }
+                unsafe { bwd_prep::<$elem, { C.head_dim as usize }, { C.pitch() as usize }, { C.window == 1 }>(&p) }
             }
         };
     };
