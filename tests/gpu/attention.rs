@@ -617,10 +617,10 @@ fn sliding_windows<T: Element>(dev: &Device) -> Result<(), String> {
                     &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() },
                 )
                 .map_err(|e| format!("{e}\n{case}"))?;
-            if let Some(n) = n {
-                if plan.splits != n {
-                    return Err(format!("asked for {n} splits, ran {plan}"));
-                }
+            if let Some(n) = n
+                && plan.splits != n
+            {
+                return Err(format!("asked for {n} splits, ran {plan}"));
             }
             if !run_and_check(dev, &case, Method::FlashTensorCore)? {
                 return Err(format!("the tensor-core kernel refused a window:\n{case}"));
