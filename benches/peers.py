@@ -2,8 +2,8 @@
 """PyTorch peers for flashattn-bench: the same shapes through each attention backend of torch.
 
 Reads the shapes file that `flashattn-bench run --peers` writes (a JSON list of
-{key, group, dtype, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, mask, causal, flops,
-kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
+{key, group, dtype, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, mask, causal,
+window_left, flops, kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
 then one `row` per shape, pass and backend, flushed as measured.
 
 Backends: torch.nn.functional.scaled_dot_product_attention pinned with
@@ -12,6 +12,18 @@ plus `naive` (softmax(Q·Kᵀ·scale)·V with the N×N scores materialized). Inp
 (B, H, N, d) layout; causal rows use is_causal=True (top-left aligned, so the shapes file holds
 causal shapes only with Nq == Nk). Timing: triton.testing.do_bench (median, p10, p90; it clears L2
 before each call), or CUDA events with an L2 flush when triton is missing.
+
+FlexAttention (`flex`, rows `torch-flex`): torch.nn.attention.flex_attention.flex_attention under
+torch.compile, with a block mask from create_block_mask (built once per shape, outside the timed
+call) whose mask_mod encodes the causal mask and the sliding window bottom-right aligned as
+flashattn's: query q's diagonal key is q + Nk - Nq; causal keeps kv <= diagonal, a left window
+of L keys keeps kv >= diagonal - L. It runs on causal shapes and on window shapes only (a dense
+shape has no flex row). Sliding-window shapes (window_left set; the key ends with /wL) can be
+rectangular causal, as FlexAttention aligns them as we do; the SDPA backends cannot apply a window
+and record them `unsupported`; `naive` applies it as a boolean mask. FLOPs are the shapes file's
+`flops` (for a window: the visible (query, key) pairs, as flashattn-bench counts them). If flex
+attention is not importable, or its compilation fails on a shape, its rows are `unsupported` with
+the error message; the other backends go on.
 
 Grouped-query attention (kv_heads < heads): K and V have kv_heads heads, query head h uses K/V head
 h // (heads // kv_heads). The SDPA backends get enable_gqa=True (torch >= 2.5; a backend without
@@ -46,9 +58,15 @@ import time
 import warnings
 import zlib
 
-BACKENDS = ["flash", "cudnn", "efficient", "math", "naive"]
+BACKENDS = ["flash", "cudnn", "efficient", "math", "naive", "flex"]
+# The backends of torch.nn.functional.scaled_dot_product_attention (no sliding window).
+SDPA = ("flash", "cudnn", "efficient", "math")
 # Pass names (as flashattn-bench's) and their FLOPs over the forward's (FlashAttention's rule).
 PASSES = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+
+
+class FlexUnavailable(Exception):
+    """flex_attention could not be compiled for a shape: its rows are `unsupported`."""
 
 
 def log(msg):
@@ -127,6 +145,14 @@ def main():
             do_bench = None
     timer = "triton.do_bench" if do_bench else "cuda-events"
     flush_buf = None
+    flex_attention = create_block_mask = None
+    flex_missing = None
+    if "flex" in args.backends.split(","):
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        except Exception as e:  # torch < 2.5, or a broken install
+            flex_missing = f"flex_attention is not importable: {type(e).__name__}: {e}"[:500]
+            log(f"{flex_missing}: torch-flex rows are unsupported")
 
     def probe_enable_gqa():
         """Whether SDPA takes enable_gqa (torch >= 2.5): a TypeError says it does not."""
@@ -237,6 +263,7 @@ def main():
         "cudnn": cudnn,
         "timer": timer,
         "enable_gqa": native_gqa,
+        "flex": flex_missing or "torch.compile(flex_attention)",
         "warmup_ms": args.warmup_ms,
         "rep_ms": args.rep_ms,
         "passes": args.passes,
@@ -245,13 +272,41 @@ def main():
     wanted = args.backends.split(",")
     passes = args.passes
     backward = any(p != "fwd" for p in passes)
-    total = len(shapes) * len(wanted) * len(passes)
 
-    def each_row(base):
+    def window_of(s):
+        w = s.get("window_left")
+        return None if w is None else int(w)
+
+    def backends_of(s):
+        """The backends run on a shape: flex only on causal or window shapes."""
+        return [b for b in wanted if b != "flex" or bool(s["causal"]) or window_of(s) is not None]
+
+    total = sum(len(backends_of(s)) for s in shapes) * len(passes)
+
+    def each_row(base, backends):
         """A row per pass and backend: the pass's name and FLOPs filled in."""
         for ps in passes:
-            for b in wanted:
+            for b in backends:
                 yield ps, dict(base, method="torch-" + b, **{"pass": ps}, flops=base["flops"] * PASSES[ps])
+
+    def keep_mask(Nq, Nk, causal, left):
+        """(Nq, Nk) booleans: the keys each query sees, bottom-right aligned as flashattn's."""
+        keep = torch.ones((Nq, Nk), dtype=torch.bool, device=dev)
+        if causal:
+            keep = keep.tril(diagonal=Nk - Nq)
+        if left is not None:
+            keep = keep.triu(diagonal=Nk - Nq - left)
+        return keep
+
+    def flex_mask_mod(Nq, Nk, causal, left):
+        """FlexAttention's mask_mod: causal and/or a left window around diagonal q + Nk - Nq."""
+        offset = Nk - Nq
+        if causal and left is not None:
+            return lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx + offset) & (q_idx + offset - left <= kv_idx)
+        if causal:
+            return lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + offset
+        return lambda b, h, q_idx, kv_idx: q_idx + offset - left <= kv_idx
+
     done = 0
     t0 = time.time()
     for s in shapes:
@@ -259,21 +314,25 @@ def main():
         B, H, Nq, Nk, d = s["batch"], s["heads"], s["seqlen_q"], s["seqlen_k"], s["head_dim"]
         KV = s.get("kv_heads", H)
         causal = bool(s["causal"])
+        left = window_of(s)
+        backends = backends_of(s)
         base = {
             "kind": "row", "backend": "peer", "run_id": args.run_id, "device": device_name,
             "commit": args.commit, "key": s["key"], "group": s.get("group", ""), "dtype": s["dtype"],
             "batch": B, "heads": H, "kv_heads": KV, "seqlen_q": Nq, "seqlen_k": Nk, "head_dim": d,
             "mask": s["mask"], "flops": s["flops"], "status": "ok",
         }
+        if left is not None:
+            base["window_left"] = left
         if KV != H and (KV <= 0 or H % KV != 0):
-            for _, row in each_row(base):
+            for _, row in each_row(base, backends):
                 write(dict(row, status="invalid", message=f"{H} query heads are not a multiple of {KV} K/V heads"))
             continue
         group = H // KV
         if group > 1:
             base["gqa"] = "native" if native_gqa else "repeat"
         if dtype is None:
-            for _, row in each_row(base):
+            for _, row in each_row(base, backends):
                 write(dict(row, status="unsupported", message=f"dtype {s['dtype']}"))
             continue
         try:
@@ -284,7 +343,7 @@ def main():
             # The backward's upstream gradient, drawn after Q, K, V (which stay as without it).
             d_o = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen) if backward else None
         except torch.cuda.OutOfMemoryError as e:
-            for _, row in each_row(base):
+            for _, row in each_row(base, backends):
                 write(dict(row, status="oom", message=f"inputs: {e}"[:500]))
             torch.cuda.empty_cache()
             continue
@@ -293,17 +352,25 @@ def main():
         kv_bytes = s.get("kv_bytes") or 2 * B * KV * Nk * d * q.element_size()
         ref = None
         if Nq * Nk <= args.ref_max_pairs:
-            with sdpa_kernel([SDPBackend.MATH]):
-                ref = F.scaled_dot_product_attention(
-                    q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
+            try:
+                with sdpa_kernel([SDPBackend.MATH]):
+                    if left is None:
+                        ref = F.scaled_dot_product_attention(
+                            q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
+                    else:
+                        ref = F.scaled_dot_product_attention(
+                            q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(),
+                            attn_mask=keep_mask(Nq, Nk, causal, left))
+            except Exception as e:  # the rows go on without an error column
+                log(f"{s['key']}: no f32 reference ({type(e).__name__}: {e})")
+                ref = None
 
         def naive(q, k, v):
             # Grouped: (B, KV, group, Nq, d) queries against (B, KV, 1, Nk, d) keys, broadcast.
             qg = q.view(B, KV, group, Nq, d)
             sc = torch.matmul(qg, k.unsqueeze(2).transpose(-2, -1)) * scale
-            if causal:
-                keep = torch.ones((Nq, Nk), dtype=torch.bool, device=dev).tril(diagonal=Nk - Nq)
-                sc = sc.masked_fill(~keep, float("-inf"))
+            if causal or left is not None:
+                sc = sc.masked_fill(~keep_mask(Nq, Nk, causal, left), float("-inf"))
             return torch.matmul(torch.softmax(sc, dim=-1), v.unsqueeze(2)).view(B, H, Nq, d)
 
         if group == 1:
@@ -314,18 +381,69 @@ def main():
             sdpa = lambda q, k, v: F.scaled_dot_product_attention(
                 q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal)
 
-        for ps, row in each_row(base):
+        # FlexAttention: the block mask once per shape (untimed), a fresh compilation per shape
+        # (dynamo's cache is reset so that many shapes never exceed its recompilation limit).
+        flex, flex_error = None, flex_missing
+        if "flex" in backends and flex_error is None:
+            try:
+                import torch._dynamo
+                torch._dynamo.reset()
+                block_mask = create_block_mask(flex_mask_mod(Nq, Nk, causal, left), B=None, H=None,
+                                               Q_LEN=Nq, KV_LEN=Nk, device=dev)
+                compiled = torch.compile(flex_attention)
+                gqa_kw = {"enable_gqa": True} if group > 1 else {}
+                flex = lambda q, k, v: compiled(q, k, v, block_mask=block_mask, **gqa_kw)
+            except Exception as e:
+                flex_error = f"flex block mask or torch.compile: {type(e).__name__}: {e}".split("\n")[0][:500]
+        flex_warm = set()  # the passes whose compilation ran (outside the measurements)
+
+        for ps, row in each_row(base, backends):
             b = row["method"][len("torch-"):]
+            if b in SDPA and left is not None:
+                row.update(status="unsupported",
+                           message="sliding window: scaled_dot_product_attention cannot apply it (torch-flex runs it)")
+                write(row)
+                done += 1
+                log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: unsupported (window)")
+                continue
+            if b == "flex" and flex is None:
+                row.update(status="unsupported", message=flex_error or "flex_attention unavailable")
+                write(row)
+                done += 1
+                why = row["message"][:120]
+                log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: unsupported ({why})")
+                continue
             if b == "naive":
                 attn, ctx = naive, contextlib.nullcontext()
                 if group > 1:
                     row["gqa"] = "broadcast"
+            elif b == "flex":
+                attn, ctx = flex, contextlib.nullcontext()
+                if group > 1:
+                    row["gqa"] = "native"
             else:
                 attn, ctx = sdpa, sdpa_kernel([sdpa_backends[b]])
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
                     with ctx:
+                        if b == "flex" and ps not in flex_warm:
+                            # Compile (forward, and for the backward passes the backward) before
+                            # any measurement: compilation and autotuning are not the call's.
+                            try:
+                                if ps == "fwd":
+                                    attn(q, k, v)
+                                else:
+                                    leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+                                    torch.autograd.grad(attn(*leaves), leaves, d_o)
+                                    del leaves
+                                torch.cuda.synchronize()
+                            except torch.cuda.OutOfMemoryError:
+                                raise
+                            except Exception as e:
+                                why = f"flex_attention compilation failed: {type(e).__name__}: {e}"
+                                raise FlexUnavailable(why) from e
+                            flex_warm.add(ps)
                         if ps == "fwd":
                             fn = lambda: attn(q, k, v)
                             torch.cuda.synchronize()
@@ -356,6 +474,8 @@ def main():
                         row["kv_tb_s"] = kv_bytes / (med * 1e-3) / 1e12
                 except torch.cuda.OutOfMemoryError as e:
                     row.update(status="oom", message=str(e).split("\n")[0][:500])
+                except FlexUnavailable as e:
+                    row.update(status="unsupported", message=str(e).split("\n")[0][:500])
                 except RuntimeError as e:
                     why = "; ".join(str(w.message).split("\n")[0] for w in caught[:3])
                     msg = (str(e).split("\n")[0] + (f" ({why})" if why else ""))[:500]
@@ -379,7 +499,7 @@ def main():
                 what += f", K/V {row['kv_tb_s']:.2f} TB/s"
             name = row["method"] + ("" if ps == "fwd" else f" [{ps}]")
             log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {name}: {what}")
-        del q, k, v, d_o, ref
+        del q, k, v, d_o, ref, flex
         torch.cuda.empty_cache()
     out.close()
     return 0

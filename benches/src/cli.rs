@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flashattn::{DType, Method};
 
-use crate::shapes::{Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, TileSpec, Variant, expand};
+use crate::shapes::{
+    Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, TileSpec, Variant, expand, with_windows,
+};
 
 /// flashattn's benchmark: where the time and the bytes go.
 #[derive(Debug, Parser)]
@@ -23,6 +25,7 @@ use crate::shapes::{Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, 
         flashattn-bench run --preset headline --methods flash --tiles 32x64,64x64,64x128\n  \
         flashattn-bench run --seqlens 4096,16384 --seqlen-q 1 --batch 16 --heads 16 --mask none\n  \
         flashattn-bench run --seqlens 4096,65536 --seqlen-q 1 --batch 16 --heads 32 --kv-heads 8 --mask none\n  \
+        flashattn-bench run --seqlens 16384 --batch 1 --heads 16 --mask causal --window 256,1024 --methods flash-tc --peers\n  \
         flashattn-bench run --preset models --peers\n  \
         flashattn-bench report --in results/h200"
 )]
@@ -102,6 +105,11 @@ pub struct RunArgs {
     /// Masks: none, causal, varlen (ragged lengths around N, same total), varlen-causal.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub mask: Option<Vec<Mask>>,
+    /// Sliding windows: each shape runs once per LEFT, each query seeing the LEFT keys before its
+    /// diagonal (and, unless the mask is causal, every key after it). Combine with --mask causal
+    /// for the usual local attention. Default: no window.
+    #[arg(long, value_name = "LEFT", value_delimiter = ',', value_parser = positive)]
+    pub window: Option<Vec<usize>>,
     /// Element types.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub dtype: Option<Vec<DTypeArg>>,
@@ -222,6 +230,9 @@ pub struct OneArgs {
     /// Mask.
     #[arg(long, value_enum)]
     pub mask: Mask,
+    /// Left sliding window (default: none).
+    #[arg(long, value_parser = positive)]
+    pub window: Option<usize>,
     /// Method.
     #[arg(long, value_parser = method)]
     pub method: Method,
@@ -245,6 +256,7 @@ impl OneArgs {
             seqlen_k: self.seqlen_k,
             head_dim: self.head_dim,
             mask: self.mask,
+            window: self.window,
         };
         (shape, Variant { method: self.method, tiles: self.tiles.and_then(|t| t.0) })
     }
@@ -283,6 +295,9 @@ impl OneArgs {
         .to_vec();
         if let Some(t) = variant.tiles {
             a.extend(["--tiles".to_string(), t.to_string()]);
+        }
+        if let Some(w) = shape.window {
+            a.extend(["--window".to_string(), w.to_string()]);
         }
         a
     }
@@ -340,7 +355,7 @@ impl RunArgs {
     pub fn cases(&self) -> Result<Vec<Case>, String> {
         let o = self.overrides();
         let blocks: Vec<_> = self.preset.blocks().into_iter().map(|b| o.apply(b)).collect();
-        let cases = expand(&blocks)?;
+        let cases = with_windows(expand(&blocks)?, o.windows.as_deref());
         if cases.is_empty() {
             return Err("the sweep is empty".into());
         }
@@ -376,6 +391,7 @@ impl RunArgs {
                 CompleteArg::All => Some(true),
                 CompleteArg::None => Some(false),
             },
+            windows: self.window.clone(),
         }
     }
 }
@@ -452,6 +468,44 @@ mod tests {
     }
 
     #[test]
+    fn window_flag_adds_a_left_window_to_every_shape() {
+        assert_eq!(run_args(&[]).window, None);
+        assert!(run_args(&[]).cases().unwrap().iter().all(|c| c.shape.window.is_none()));
+        let r = run_args(&[
+            "--seqlens",
+            "4096",
+            "--head-dims",
+            "128",
+            "--mask",
+            "causal",
+            "--window",
+            "256,1024",
+        ]);
+        assert_eq!(r.window, Some(vec![256, 1024]));
+        assert_eq!(r.overrides().windows, Some(vec![256, 1024]));
+        let cases = r.cases().unwrap();
+        let keys: Vec<String> = cases.iter().map(|c| c.shape.key()).collect();
+        assert_eq!(
+            keys[..2],
+            ["bf16/B4/H16/N4096x4096/d128/causal/w256", "bf16/B4/H16/N4096x4096/d128/causal/w1024"]
+        );
+        let plain_cases =
+            run_args(&["--seqlens", "4096", "--head-dims", "128", "--mask", "causal"]).cases().unwrap();
+        assert_eq!(cases.len(), 2 * plain_cases.len(), "every shape once per window");
+        assert!(keys.iter().all(|k| k.ends_with("/w256") || k.ends_with("/w1024")), "{keys:?}");
+        let opts = crate::models::options(&cases[1].shape).unwrap();
+        assert_eq!(opts.window, flashattn::Window { left: Some(1024), right: None });
+        assert!(opts.causal);
+        // The visible pairs only: fewer FLOPs than plain causal attention.
+        let plain = Shape { window: None, ..cases[1].shape.clone() };
+        assert!(crate::models::flops(&cases[1].shape) < crate::models::flops(&plain));
+        let e = parse(&["run", "--window", "0"]).unwrap_err().to_string();
+        assert!(e.contains("positive"), "{e}");
+        let e = parse(&["run", "--window", "wide"]).unwrap_err().to_string();
+        assert!(e.contains("positive"), "{e}");
+    }
+
+    #[test]
     fn bad_values_are_refused_with_the_allowed_ones() {
         let err = |args: &[&str]| parse(&[&["run"], args].concat()).unwrap_err().to_string();
         let e = err(&["--mask", "none,diagonal"]);
@@ -512,6 +566,7 @@ mod tests {
             seqlen_k: 7,
             head_dim: 96,
             mask: Mask::VarlenCausal,
+            window: Some(3),
         };
         let variant = Variant { method: Method::Flash, tiles: Some(TileSpec { block_m: 32, block_n: 64 }) };
         let args = OneArgs::args_for(&shape, &variant, 1);

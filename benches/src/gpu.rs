@@ -111,6 +111,7 @@ pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
         seqlen_k: s.seqlen_k,
         head_dim: s.head_dim,
         mask: s.mask.name().to_string(),
+        window_left: s.window,
         pass: Some(Pass::Fwd.name().to_string()),
         status: "ok".to_string(),
         flops: models::flops(s),

@@ -2,20 +2,22 @@
 //! method, and the layouts and options an attention call on the shape uses.
 //!
 //! FLOPs: `4·B·H·Nq·Nk·d` (two matrix products of `2·Nq·Nk·d` each), halved under the causal
-//! mask, summed over the ragged sequences for varlen: [`flashattn::Problem::flops`].
+//! mask, summed over the ragged sequences for varlen; with a sliding window, `4·H·d` per visible
+//! (query, key) pair: [`flashattn::Problem::flops`].
 //!
 //! Bytes (every tensor in its storage type, the log-sum-exp in f32; Q, O and the LSE have the
 //! query heads, K and V the K/V heads, fewer under grouped-query attention):
 //! - flash: Q read once, O and the LSE written once, K and V read once per query tile
 //!   (`ceil(Nq/block_m)` passes; under the causal mask a tile reads the keys up to its last row's
-//!   diagonal, rounded up to `block_n`), once per K/V head: the query heads of a group read the
+//!   diagonal, rounded up to `block_n`; with a left window from its first row's first key), once
+//!   per K/V head: the query heads of a group read the
 //!   same K/V head and are counted once. No other reuse through L2 is assumed, so this is an upper
 //!   bound on DRAM traffic; Nsight Compute's measured bytes show how much L2 saves.
 //! - standard: Q, K, V read once, S (f32) written and read, P (storage type) written and read,
 //!   O and the LSE written. The score GEMM is dense, so the causal mask saves no traffic.
 //! - compulsory: every input and output once: the floor any method pays.
 
-use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, VarLen};
+use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, VarLen, Window};
 
 use crate::shapes::{Shape, Variant};
 
@@ -54,12 +56,18 @@ impl Layouts {
     }
 }
 
-/// The options of a call on `shape` with the library's defaults (method `Flash`): mask and
-/// varlen offsets.
+/// The options of a call on `shape` with the library's defaults (method `Flash`): mask, varlen
+/// offsets and the left sliding window (unbounded on the right, which the causal mask bounds).
 pub fn options(shape: &Shape) -> Result<AttentionOptions, InvalidInput> {
     let (q, k) = shape.lengths();
     let varlen = shape.mask.varlen().then(|| VarLen::from_lengths(&q, &k)).transpose()?;
-    Ok(AttentionOptions { causal: shape.mask.causal(), varlen, method: Method::Flash, ..Default::default() })
+    Ok(AttentionOptions {
+        causal: shape.mask.causal(),
+        varlen,
+        method: Method::Flash,
+        window: Window { left: shape.window, right: None },
+        ..Default::default()
+    })
 }
 
 /// `opts` with a variant's method and tile override.
@@ -112,7 +120,9 @@ pub fn flash_bytes(shape: &Shape, block_m: usize, block_n: usize) -> f64 {
         for r0 in (0..nq).step_by(block_m) {
             let last = (r0 + block_m).min(nq) - 1;
             let visible = if shape.mask.causal() { (last + 1 + nk).saturating_sub(nq).min(nk) } else { nk };
-            kv_keys += (visible.div_ceil(block_n) * block_n).min(nk);
+            // A left window: the tile's keys start at its first row's first key.
+            let first = shape.window.map_or(0, |left| (r0 + nk).saturating_sub(nq + left).min(visible));
+            kv_keys += ((visible - first).div_ceil(block_n) * block_n).min(nk - first);
         }
         // Q read, O written, LSE written (query heads); K and V per query tile (K/V heads).
         total += h * (2.0 * nq as f64 * d * e + 4.0 * nq as f64) + hkv * 2.0 * kv_keys as f64 * d * e;
@@ -191,7 +201,22 @@ mod tests {
             seqlen_k: nk,
             head_dim: 64,
             mask,
+            window: None,
         }
+    }
+
+    #[test]
+    fn a_window_reads_fewer_keys_and_sets_the_options() {
+        let causal = shape(Mask::Causal, 1024, 1024);
+        let w = Shape { window: Some(128), ..causal.clone() };
+        assert_eq!(options(&w).unwrap().window, Window { left: Some(128), right: None });
+        assert!(options(&causal).unwrap().window.is_none());
+        assert!(flash_bytes(&w, 64, 64) < flash_bytes(&causal, 64, 64));
+        // A window wider than the sequence is plain causal attention.
+        let wide = Shape { window: Some(4096), ..causal.clone() };
+        assert_eq!(flash_bytes(&wide, 64, 64), flash_bytes(&causal, 64, 64));
+        // FLOPs count the visible pairs (the diagonal included), not half the square.
+        assert_eq!(flops(&wide), 4.0 * 2.0 * 3.0 * 64.0 * (1024.0 * 1025.0 / 2.0));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! PyTorch peers in the same run: the shapes go to a JSON file, `peers.py` runs them through
-//! `scaled_dot_product_attention` pinned to each backend, in each pass of the run (the forward,
+//! `scaled_dot_product_attention` pinned to each backend (and FlexAttention on causal and
+//! sliding-window shapes), in each pass of the run (the forward,
 //! and through autograd the backward alone and the forward then the backward), and appends rows
 //! to `peers.jsonl`, each with its pass.
 
@@ -38,15 +39,19 @@ pub struct PeerShape {
     pub head_dim: usize,
     /// none or causal.
     pub mask: String,
-    /// Causal (only with Nq == Nk).
+    /// Causal (only with Nq == Nk, except with a window: FlexAttention aligns it bottom-right).
     pub causal: bool,
-    /// FLOPs by the same formula as ours.
+    /// Left sliding window (keys before each query's bottom-right-aligned diagonal); `null`
+    /// without one. Only the script's FlexAttention backend applies it.
+    pub window_left: Option<usize>,
+    /// FLOPs by the same formula as ours (with a window: the visible pairs).
     pub flops: f64,
     /// Bytes of K plus V (storage type): decode rows (Nq = 1) report them over the time.
     pub kv_bytes: u64,
 }
 
-/// The shapes PyTorch can run with the same semantics (no varlen; causal only square), once each.
+/// The shapes PyTorch can run with the same semantics (no varlen; causal only square, except
+/// with a window, which only FlexAttention runs), once each.
 pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
     let mut out: Vec<PeerShape> = Vec::new();
     for c in cases.iter().filter(|c| c.shape.peer_comparable()) {
@@ -66,6 +71,7 @@ pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
             head_dim: s.head_dim,
             mask: s.mask.name().to_string(),
             causal: s.mask.causal(),
+            window_left: s.window,
             flops: models::flops(s),
             kv_bytes: s.kv_bytes(),
         });
@@ -188,6 +194,20 @@ mod tests {
             expand(&Preset::Models.blocks()).unwrap().len(),
             "every model shape has peers"
         );
+        assert_eq!(json["window_left"], serde_json::Value::Null, "no window: null");
+        // Window shapes reach the peers (FlexAttention), rectangular causal ones included.
+        let mut windowed =
+            crate::shapes::with_windows(expand(&Preset::Quick.blocks()).unwrap(), Some(&[1024]));
+        for c in &mut windowed {
+            c.shape.seqlen_q = c.shape.seqlen_k / 2;
+        }
+        let w = peer_shapes(&windowed);
+        assert!(w.iter().any(|s| s.causal && s.seqlen_q != s.seqlen_k));
+        assert!(w.iter().all(|s| s.window_left == Some(1024) && s.key.ends_with("/w1024")));
+        let c = windowed.iter().find(|c| c.shape.mask.causal() && !c.shape.mask.varlen()).unwrap();
+        let p = w.iter().find(|p| p.key == c.shape.key()).unwrap();
+        assert_eq!(p.flops, models::flops(&c.shape), "the visible pairs, as ours");
+        assert_eq!(serde_json::to_value(p).unwrap()["window_left"], 1024);
         assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
         assert!(locate(None).is_some(), "the source tree's script");
     }
@@ -214,7 +234,15 @@ mod tests {
         assert_eq!(bwd[bwd.len() - 2..], ["--passes", "bwd"]);
         // The script knows the flag and the pass names.
         let script = std::fs::read_to_string(locate(None).unwrap()).unwrap();
-        for want in ["\"--passes\"", "\"bwd\"", "\"fwd+bwd\"", "torch.autograd.grad"] {
+        for want in [
+            "\"--passes\"",
+            "\"bwd\"",
+            "\"fwd+bwd\"",
+            "torch.autograd.grad",
+            "\"window_left\"",
+            "\"flex\"",
+            "create_block_mask",
+        ] {
             assert!(script.contains(want), "peers.py lacks {want}");
         }
     }

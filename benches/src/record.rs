@@ -241,6 +241,10 @@ pub struct Row {
     pub head_dim: usize,
     /// none, causal, varlen, varlen-causal.
     pub mask: String,
+    /// Left sliding window (keys before each query's diagonal), combined with `mask`; absent
+    /// without a window (and in records written before windows were swept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_left: Option<usize>,
     /// Method (ours: flash, flash-tc, standard, cpu-tiled, cpu-standard; peers: torch-…).
     pub method: String,
     /// Tile override asked for (`MxN`), if any.

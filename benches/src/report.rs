@@ -19,12 +19,13 @@ const METHOD_TEXT: &str = include_str!("report-method.md");
 /// Our methods in table order.
 const OUR_METHODS: [&str; 4] = ["flash", "flash-tc", "auto", "standard"];
 /// Peer backends in table order, with the names the report shows.
-pub const PEERS: [(&str, &str); 5] = [
+pub const PEERS: [(&str, &str); 6] = [
     ("torch-flash", "torch FA2"),
     ("torch-cudnn", "torch cuDNN"),
     ("torch-efficient", "torch mem-eff"),
     ("torch-math", "torch math"),
     ("torch-naive", "naive torch"),
+    ("torch-flex", "torch flex"),
 ];
 
 /// Everything the report reads: our GPU and CPU rows and the peers' (deduplicated: a row
@@ -484,7 +485,13 @@ fn speed_sections(out: &mut String, d: &Data, plots: &plots::Written) {
     let best = |r: &Row| opt(d.best(&r.key), |b| format!("{} ({})", tflops_cell(Some(b)), b.method));
     let cols = with_peers(d, vec![col("shape", |r| format!("`{}`", r.key)), col("ours", best)]);
     let others = shapes(d.peers.iter().filter(|r| !is_headline(r) && !d.gpu.is_empty()));
-    let head = ["Other shapes against the peers", "TFLOP/s; ours is our fastest method.", "", ""];
+    let head = [
+        "Other shapes against the peers",
+        "TFLOP/s; ours is our fastest method. A `/wL` key has a left sliding window of L keys: FLOPs count \
+         only the visible (query, key) pairs, and only FlexAttention (torch flex) runs it among the peers.",
+        "",
+        "",
+    ];
     section(out, plots, head, &others, &cols);
 }
 
@@ -873,6 +880,31 @@ mod tests {
             format!("| `{key}` | torch-cudnn | fwd+bwd | unsupported | m |"),
         ] {
             assert!(md.contains(&want), "the report lacks `{want}`:\n{md}");
+        }
+    }
+
+    #[test]
+    fn window_rows_pair_with_flex() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "bf16/B2/H16/N4096x4096/d128/causal/w1024";
+        let flops = 1e12;
+        let row = |backend: &str, method: &str, status: &str, ms: f64| {
+            let tflops = flops / (ms * 1e-3) / 1e12;
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"{key}","dtype":"bf16","batch":2,"heads":16,"kv_heads":16,"seqlen_q":4096,"seqlen_k":4096,"head_dim":128,"mask":"causal","window_left":1024,"method":"{method}","pass":"fwd","status":"{status}","message":"sliding window","flops":{flops},"timing":{{"median_ms":{ms}}},"tflops":{tflops}}}"#
+            )
+        };
+        let ours = [row("gpu", "flash-tc", "ok", 1.0)];
+        let peers = [row("peer", "torch-flex", "ok", 2.0), row("peer", "torch-flash", "unsupported", 1.0)];
+        std::fs::write(dir.path().join("bench.jsonl"), ours.join("\n")).unwrap();
+        std::fs::write(dir.path().join("peers.jsonl"), peers.join("\n")).unwrap();
+        let loaded = load_dir(dir.path()).unwrap();
+        let d = Data::new(&loaded, None);
+        assert_eq!(d.gpu[0].window_left, Some(1024));
+        assert!(d.peer_methods().contains(&("torch-flex", "torch flex")));
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        for want in ["| torch flex |", "| ours / torch flex |", "| 2.00× |", "n/a"] {
+            assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
         }
     }
 

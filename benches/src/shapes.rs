@@ -193,17 +193,22 @@ pub struct Shape {
     pub head_dim: usize,
     /// Mask.
     pub mask: Mask,
+    /// Sliding window: keys a query sees before its (bottom-right-aligned) diagonal, combined
+    /// with the mask (`flashattn::Window { left, right: None }`); `None`: no window.
+    pub window: Option<usize>,
 }
 
 impl Shape {
     /// The key that identifies this shape in every record (ours and the peers'), e.g.
     /// `bf16/B16/H16/N1024x1024/d128/causal`; with grouped-query attention the K/V heads follow
     /// the query heads, e.g. `bf16/B16/H32/KV8/N1x16384/d128/none` (so keys without it are the
-    /// keys every earlier run recorded).
+    /// keys every earlier run recorded). A sliding window adds its left extent last, e.g.
+    /// `bf16/B1/H16/N16384x16384/d128/causal/w1024` (keys without one are unchanged).
     pub fn key(&self) -> String {
         let kv = if self.kv_heads == self.heads { String::new() } else { format!("/KV{}", self.kv_heads) };
+        let w = self.window.map_or(String::new(), |l| format!("/w{l}"));
         format!(
-            "{}/B{}/H{}{kv}/N{}x{}/d{}/{}",
+            "{}/B{}/H{}{kv}/N{}x{}/d{}/{}{w}",
             self.dtype,
             self.batch,
             self.heads,
@@ -236,10 +241,13 @@ impl Shape {
         2 * self.elems().1 * self.dtype.size_bytes() as u64
     }
 
-    /// Whether PyTorch's `scaled_dot_product_attention` computes the same thing: no varlen, and
-    /// causal only with Nq == Nk (its `is_causal` is top-left aligned, ours bottom-right).
+    /// Whether PyTorch can compute the same thing: no varlen, and causal only with Nq == Nk
+    /// (`scaled_dot_product_attention`'s `is_causal` is top-left aligned, ours bottom-right),
+    /// except with a window: only FlexAttention runs those (its mask aligns bottom-right, as
+    /// ours), and the SDPA backends record them unsupported.
     pub fn peer_comparable(&self) -> bool {
-        !self.mask.varlen() && (!self.mask.causal() || self.seqlen_q == self.seqlen_k)
+        !self.mask.varlen()
+            && (!self.mask.causal() || self.seqlen_q == self.seqlen_k || self.window.is_some())
     }
 }
 
@@ -606,6 +614,9 @@ pub struct Overrides {
     pub methods: Option<Vec<Method>>,
     /// Complete-path measurements: `Some(true)` for every shape, `Some(false)` for none.
     pub complete: Option<bool>,
+    /// Left sliding windows: every shape runs once per entry, with that window (see
+    /// [`with_windows`]); `None`: no window.
+    pub windows: Option<Vec<usize>>,
 }
 
 impl Overrides {
@@ -680,6 +691,7 @@ pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
                             seqlen_k: n,
                             head_dim,
                             mask,
+                            window: None,
                         };
                         check_shape(&shape)?;
                         let mut variants = Vec::new();
@@ -709,6 +721,23 @@ pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
         }
     }
     Ok(cases)
+}
+
+/// Each case once per left window of `windows` (a case's windowed copies next to each other, in
+/// the order of `windows`), the window set on its shape; `None` leaves the cases as they are (no window).
+pub fn with_windows(cases: Vec<Case>, windows: Option<&[usize]>) -> Vec<Case> {
+    let Some(windows) = windows else { return cases };
+    let mut out = Vec::with_capacity(cases.len() * windows.len());
+    for c in cases {
+        for &w in windows {
+            let mut c = c.clone();
+            c.shape.window = Some(w);
+            if !out.iter().any(|o: &Case| o.shape == c.shape) {
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// Refuses shapes no run should attempt (zero extents, a head dim over the library's limit, a
@@ -808,6 +837,7 @@ mod tests {
             seqlen_k: 1024,
             head_dim: 128,
             mask: Mask::Causal,
+            window: None,
         };
         assert_eq!(s.key(), "bf16/B16/H16/N1024x1024/d128/causal");
         assert_eq!(s.elems(), (16 * 1024 * 16 * 128, 16 * 1024 * 16 * 128));
@@ -816,6 +846,16 @@ mod tests {
         assert_eq!(s.elems(), (16 * 32 * 128, 16 * 16_384 * 8 * 128));
         assert_eq!(s.kv_bytes(), 1 << 30);
         assert!(check_shape(&s).is_ok());
+        let w = Shape { window: Some(1024), mask: Mask::Causal, ..s.clone() };
+        assert_eq!(w.key(), "bf16/B16/H32/KV8/N1x16384/d128/causal/w1024");
+        assert_ne!(
+            w.key(),
+            Shape { window: None, ..w.clone() }.key(),
+            "rows with and without a window never collide"
+        );
+        assert!(w.peer_comparable(), "FlexAttention aligns a window bottom-right, as ours");
+        assert!(!Shape { window: None, ..w.clone() }.peer_comparable());
+        assert!(!Shape { mask: Mask::VarlenCausal, ..w }.peer_comparable());
         s.kv_heads = 5;
         assert!(check_shape(&s).unwrap_err().contains("not a multiple of 5 K/V heads"));
         s.kv_heads = 0;
@@ -891,6 +931,7 @@ mod tests {
             tiles: Some(vec![Some(TileSpec { block_m: 16, block_n: 32 })]),
             methods: Some(vec![Method::Flash, Method::Standard]),
             complete: Some(false),
+            windows: None,
         };
         let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
         let cases = expand(&blocks).unwrap();
@@ -899,6 +940,28 @@ mod tests {
         assert_eq!(cases[0].variants.len(), 2);
         assert_eq!(cases[0].variants[0].label(), "flash 16x32");
         assert!(!cases[0].complete);
+    }
+
+    #[test]
+    fn windows_multiply_the_cases() {
+        let o = Overrides {
+            seqlens: Some(vec![1024, 2048]),
+            masks: Some(vec![Mask::Causal]),
+            dtypes: Some(vec![DType::BF16]),
+            head_dims: Some(vec![64]),
+            windows: Some(vec![128, 512]),
+            ..Default::default()
+        };
+        let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
+        let plain = expand(&blocks).unwrap();
+        assert!(plain.iter().all(|c| c.shape.window.is_none()));
+        assert_eq!(with_windows(plain.clone(), None), plain);
+        let windowed = with_windows(plain.clone(), o.windows.as_deref());
+        assert_eq!(windowed.len(), 2 * plain.len());
+        assert_eq!(windowed[0].shape, Shape { window: Some(128), ..plain[0].shape.clone() });
+        assert_eq!(windowed[1].shape, Shape { window: Some(512), ..plain[0].shape.clone() });
+        assert_eq!(windowed[1].variants, plain[0].variants);
+        assert!(windowed[1].shape.key().ends_with("/causal/w512"), "{}", windowed[1].shape.key());
     }
 
     #[test]
@@ -931,6 +994,7 @@ mod tests {
             seqlen_k: 64,
             head_dim: 8,
             mask: Mask::Varlen,
+            window: None,
         };
         let (q, k) = s.lengths();
         assert_eq!(q, [1, 1, 1, 1]);
@@ -948,6 +1012,7 @@ mod tests {
             seqlen_k: 8,
             head_dim: 257,
             mask: Mask::Dense,
+            window: None,
         };
         assert!(check_shape(&s).unwrap_err().contains("1..=256"));
         s.head_dim = 64;
