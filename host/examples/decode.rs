@@ -21,19 +21,11 @@ fn time(
     opts: &AttentionOptions,
     reps: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let timer = GpuTimer::new(dev)?;
-    let mut times = Vec::new();
-    for rep in 0..reps + 3 {
+    let times = GpuTimer::time_calls(dev, 3, reps, |rep| {
         let (k, v) = &sets[rep % sets.len()];
-        timer.start(dev)?;
-        dev.attention(q.view(lq), k.view(lk), v.view(lk), out.view_mut(lq), None, opts)?;
-        timer.stop(dev)?;
-        if rep >= 3 {
-            times.push(timer.elapsed_ms()? as f64);
-        }
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+        dev.attention(q.view(lq), k.view(lk), v.view(lk), out.view_mut(lq), None, opts).map(|_| ())
+    })?;
+    Ok(times[times.len() / 2] as f64)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -14,18 +14,7 @@ fn time_ms(
     reps: usize,
     mut f: impl FnMut() -> flashattn::Result<()>,
 ) -> flashattn::Result<f32> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let timer = GpuTimer::new(dev)?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        timer.start(dev)?;
-        f()?;
-        timer.stop(dev)?;
-        times.push(timer.elapsed_ms()?);
-    }
-    times.sort_by(f32::total_cmp);
+    let times = GpuTimer::time_calls(dev, 3, reps, |_| f())?;
     Ok(times[reps / 2])
 }
 

@@ -36,19 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let tiles =
                         Tiles { block_m: Some(c.block_m as usize), block_n: Some(c.block_n as usize) };
                     let opts = AttentionOptions { tiles, ..base.clone() };
-                    let timer = GpuTimer::new(&dev)?;
-                    let mut times = Vec::new();
-                    for rep in 0..23 {
+                    let times = GpuTimer::time_calls(&dev, 3, 20, |rep| {
                         let s = rep % 3;
                         let (q, k, v) = (&sets[s], &sets[(s + 1) % 3], &sets[(s + 2) % 3]);
-                        timer.start(&dev)?;
-                        dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), None, &opts)?;
-                        timer.stop(&dev)?;
-                        if rep >= 3 {
-                            times.push(timer.elapsed_ms()?);
-                        }
-                    }
-                    times.sort_by(f32::total_cmp);
+                        dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), None, &opts)
+                            .map(|_| ())
+                    })?;
                     let ms = times[times.len() / 2] as f64;
                     let name = format!("m{}n{}w{}v{}", c.block_m, c.block_n, c.warps, c.v_stages);
                     line += &format!(" {name} {:.1}", problem.flops() / (ms * 1e-3) / 1e12);

@@ -30,22 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             AttentionOptions { causal: true, window: Window { left, right: None }, ..Default::default() };
         let problem = Problem::new(l, l, l, l, [len; 4], &opts)?;
         let mut plan = None;
-        let mut call = || -> flashattn::Result<()> {
+        let times = GpuTimer::time_calls(&dev, 3, 20, |_| {
             plan = Some(dev.attention(q.view(l), k.view(l), v.view(l), out.view_mut(l), None, &opts)?);
             Ok(())
-        };
-        for _ in 0..3 {
-            call()?;
-        }
-        let timer = GpuTimer::new(&dev)?;
-        let mut times = Vec::new();
-        for _ in 0..20 {
-            timer.start(&dev)?;
-            call()?;
-            timer.stop(&dev)?;
-            times.push(timer.elapsed_ms()?);
-        }
-        times.sort_by(f32::total_cmp);
+        })?;
         let ms = times[times.len() / 2];
         let base = *causal_ms.get_or_insert(ms);
         let label = left.map_or("none".to_string(), |w| w.to_string());

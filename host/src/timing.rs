@@ -37,4 +37,28 @@ impl GpuTimer {
     pub fn elapsed_ms(&self) -> Result<f32> {
         self.start.elapsed_ms(&self.stop).context("reading a timing event")
     }
+
+    /// Times `call` as the examples do: `warmup` untimed calls, then `reps` calls, each alone
+    /// between the two marks. `call` gets the call's index (warm-up calls first), to rotate
+    /// input sets. Returns the `reps` times in milliseconds, sorted: the median is at `len / 2`.
+    pub fn time_calls(
+        device: &Device,
+        warmup: usize,
+        reps: usize,
+        mut call: impl FnMut(usize) -> Result<()>,
+    ) -> Result<Vec<f32>> {
+        for i in 0..warmup {
+            call(i)?;
+        }
+        let timer = GpuTimer::new(device)?;
+        let mut times = Vec::with_capacity(reps);
+        for i in warmup..warmup + reps {
+            timer.start(device)?;
+            call(i)?;
+            timer.stop(device)?;
+            times.push(timer.elapsed_ms()?);
+        }
+        times.sort_by(f32::total_cmp);
+        Ok(times)
+    }
 }
