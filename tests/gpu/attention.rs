@@ -243,6 +243,31 @@ pub fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
     Sequences::Batch { batch: b, seqlen_q: nq, seqlen_k: nk }
 }
 
+/// The named edge shapes the forward's and the backward's tests share, at head dim `d`, causal
+/// and not: lengths that divide no tile (97), Nq < Nk and Nq > Nk (in `layouts.0` and
+/// `layouts.1`), decode with GQA, varlen with empty sequences on both sides; then one causal
+/// GQA shape with logits in the thousands.
+pub fn edge_specs(d: usize, layouts: (LayoutKind, LayoutKind)) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for causal in [false, true] {
+        specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, LayoutKind::Bshd));
+        specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, layouts.0));
+        specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, layouts.1));
+        specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, LayoutKind::Bshd));
+        let ragged = Sequences::VarLen {
+            q_lens: vec![65, 0, 129, 1, 200],
+            k_lens: vec![70, 3, 0, 64, 200],
+            spare_q: 1,
+            spare_k: 2,
+        };
+        specs.push(spec(ragged, 2, 2, d, causal, LayoutKind::Bshd));
+    }
+    let mut s = spec(batch(1, 200, 200), 2, 1, d, true, LayoutKind::Bshd);
+    s.values = Values::LargeLogits;
+    specs.push(s);
+    specs
+}
+
 /// The tensor-core kernel on shapes chosen to hit its edges: lengths that are not multiples of
 /// the tiles (97, 1025), Nq ≠ Nk both ways with causal masks, decode (Nq = 1), GQA and MQA,
 /// varlen with empty sequences, both memory orders, large logits; every instantiated head dim and
@@ -251,29 +276,10 @@ fn tensor_core_shapes<T: Element>(dev: &Device) -> Result<(), String> {
     use LayoutKind::{Aligned, Bhsd, Bshd, Padded};
     let mut specs = Vec::new();
     for d in tc_head_dims() {
+        specs.extend(edge_specs(d, (Bshd, Bhsd)));
         for causal in [false, true] {
-            specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, Bshd));
             specs.push(spec(batch(1, 1025, 1025), 1, 1, d, causal, Bhsd));
-            specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, Bshd));
-            specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, Bhsd));
-            specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, Bshd));
-            specs.push(spec(
-                Sequences::VarLen {
-                    q_lens: vec![65, 0, 129, 1, 200],
-                    k_lens: vec![70, 3, 0, 64, 200],
-                    spare_q: 1,
-                    spare_k: 2,
-                },
-                2,
-                2,
-                d,
-                causal,
-                Bshd,
-            ));
         }
-        let mut s = spec(batch(1, 200, 200), 2, 1, d, true, Bshd);
-        s.values = Values::LargeLogits;
-        specs.push(s);
     }
     // Head dims between the instantiated ones (padded up inside the kernel), on 16-byte aligned
     // layouts with gaps after each head.

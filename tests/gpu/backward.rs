@@ -6,20 +6,20 @@
 
 use flashattn::{
     AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, InvalidInput, Method,
-    Reason, bf16, f16,
+    Problem, Reason, bf16, f16,
 };
 use flashattn_testkit::grad::{
     attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
 };
 use flashattn_testkit::oracle::widen;
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
-use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values};
+use flashattn_testkit::{Case, LayoutKind, Sequences, Spec};
 use proptest::test_runner::TestCaseError;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::GpuTest;
-use crate::attention::{batch, case_rng, for_tensor_cores, run_seed, seeded_runner, small, spec};
+use crate::attention::{batch, case_rng, edge_specs, for_tensor_cores, run_seed, seeded_runner, small, spec};
 
 pub const TESTS: &[(&str, GpuTest)] = &[
     ("backward::shapes_f16", shapes::<f16>),
@@ -42,6 +42,38 @@ fn max_head_dim() -> usize {
 /// Forward and backward of `case` on the GPU; checks the rule, zero dQ on rows without keys,
 /// NaN left where no gradient layout points. `Ok(None)` when the backward refuses the case as
 /// unsupported; otherwise the worst rule ratio.
+/// The backward of `p` (`bufs`: Q, K, V, O, dO) into fresh dQ, dK, dV buffers poisoned with NaN
+/// (so that every element a kernel should write is checked, and a refusal can be seen to write
+/// nothing): the call's result and the three buffers.
+fn backward_into_nan<T: Element>(
+    dev: &Device,
+    p: &Problem,
+    [q, k, v, o, d_o]: [&DeviceBuffer<T>; 5],
+    lse: &DeviceBuffer<f32>,
+    opts: &AttentionOptions,
+) -> Result<(flashattn::Result<flashattn::Plan>, [DeviceBuffer<T>; 3]), String> {
+    let mut grads: [DeviceBuffer<T>; 3] = [
+        dev.alloc(q.len()).map_err(e2s)?,
+        dev.alloc(k.len()).map_err(e2s)?,
+        dev.alloc(v.len()).map_err(e2s)?,
+    ];
+    for b in &mut grads {
+        dev.fill_nan(b).map_err(e2s)?;
+    }
+    let [dq, dk, dv] = &mut grads;
+    let r = dev.attention_backward(
+        q.view(*p.q()),
+        k.view(*p.k()),
+        v.view(*p.v()),
+        o.view(*p.o()),
+        lse,
+        d_o.view(*p.o()),
+        DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
+        opts,
+    );
+    Ok((r, grads))
+}
+
 fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<Option<f64>, String> {
     let p = &case.problem;
     let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
@@ -68,24 +100,7 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
         d_o_host[i] = T::from_f32(rng.random_range(-1.0..1.0))
     });
     let d_o = dev.upload(&d_o_host).map_err(e2s)?;
-    let (mut dq, mut dk, mut dv): (DeviceBuffer<T>, DeviceBuffer<T>, DeviceBuffer<T>) = (
-        dev.alloc(case.q.len()).map_err(e2s)?,
-        dev.alloc(case.k.len()).map_err(e2s)?,
-        dev.alloc(case.v.len()).map_err(e2s)?,
-    );
-    for b in [&mut dq, &mut dk, &mut dv] {
-        dev.fill_nan(b).map_err(e2s)?;
-    }
-    let r = dev.attention_backward(
-        q.view(*p.q()),
-        k.view(*p.k()),
-        v.view(*p.v()),
-        out.view(*p.o()),
-        &lse,
-        d_o.view(*p.o()),
-        DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
-        &opts,
-    );
+    let (r, [dq, dk, dv]) = backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], &lse, &opts)?;
     match r {
         Ok(_) => {}
         Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => return Ok(None),
@@ -134,28 +149,7 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     let mut specs = Vec::new();
     let dims: Vec<usize> = [8, 32, 40, 64, 96, 128].into_iter().filter(|&d| d <= max_head_dim()).collect();
     for &d in &dims {
-        for causal in [false, true] {
-            specs.push(spec(batch(2, 97, 97), 2, 2, d, causal, Bshd));
-            specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, Bhsd));
-            specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, Aligned));
-            specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, Bshd));
-            specs.push(spec(
-                Sequences::VarLen {
-                    q_lens: vec![65, 0, 129, 1, 200],
-                    k_lens: vec![70, 3, 0, 64, 200],
-                    spare_q: 1,
-                    spare_k: 2,
-                },
-                2,
-                2,
-                d,
-                causal,
-                Bshd,
-            ));
-        }
-        let mut s = spec(batch(1, 200, 200), 2, 1, d, true, Bshd);
-        s.values = Values::LargeLogits;
-        specs.push(s);
+        specs.extend(edge_specs(d, (Bhsd, Aligned)));
     }
     if !small() {
         specs.push(spec(batch(1, 1025, 1025), 2, 2, 128, true, Bhsd));
@@ -247,22 +241,9 @@ fn refusals(dev: &Device) -> Result<(), String> {
         let o = up(&vec![bf16::ZERO; case.out_len()])?;
         let d_o = up(&vec![bf16::ONE; case.out_len()])?;
         let lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
-        let (mut dq, mut dk, mut dv) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
-        for b in [&mut dq, &mut dk, &mut dv] {
-            dev.fill_nan(b).map_err(e2s)?;
-        }
-        let r = dev.attention_backward(
-            q.view(*p.q()),
-            k.view(*p.k()),
-            v.view(*p.v()),
-            o.view(*p.o()),
-            &lse,
-            d_o.view(*p.o()),
-            DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
-            &opts,
-        );
+        let (r, grads) = backward_into_nan(dev, p, [&q, &k, &v, &o, &d_o], &lse, &opts)?;
         dev.synchronize().map_err(e2s)?;
-        for b in [&dq, &dk, &dv] {
+        for b in &grads {
             if dev.download(b).map_err(e2s)?.iter().any(|x| !x.to_f32().is_nan()) {
                 return Err(format!("a refused backward wrote its outputs\n{case}"));
             }
@@ -365,21 +346,8 @@ fn deterministic(dev: &Device) -> Result<(), String> {
             .collect::<Vec<_>>())?;
         let mut first: Option<[Vec<u16>; 3]> = None;
         for run in 0..10 {
-            let (mut dq, mut dk, mut dv) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
-            for b in [&mut dq, &mut dk, &mut dv] {
-                dev.fill_nan(b).map_err(e2s)?;
-            }
-            dev.attention_backward(
-                q.view(*p.q()),
-                k.view(*p.k()),
-                v.view(*p.v()),
-                out.view(*p.o()),
-                &lse,
-                d_o.view(*p.o()),
-                DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
-                &opts,
-            )
-            .map_err(e2s)?;
+            let (r, [dq, dk, dv]) = backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], &lse, &opts)?;
+            r.map_err(e2s)?;
             let bits = |b: &DeviceBuffer<bf16>| -> Result<Vec<u16>, String> {
                 Ok(dev.download(b).map_err(e2s)?.iter().map(|x| x.to_bits()).collect())
             };
