@@ -243,6 +243,12 @@ pub fn batch(b: usize, nq: usize, nk: usize) -> Sequences {
     Sequences::Batch { batch: b, seqlen_q: nq, seqlen_k: nk }
 }
 
+/// Five packed sequences of 65, 0, 129, 1 and 200 queries against `k_lens` keys (a sequence
+/// without queries, one without keys when `k_lens[2]` is 0), with spare tokens after the last.
+pub fn ragged(k_lens: [u32; 5]) -> Sequences {
+    Sequences::VarLen { q_lens: vec![65, 0, 129, 1, 200], k_lens: k_lens.to_vec(), spare_q: 1, spare_k: 2 }
+}
+
 /// The named edge shapes the forward's and the backward's tests share, at head dim `d`, causal
 /// and not: lengths that divide no tile (97), Nq < Nk and Nq > Nk (in `layouts.0` and
 /// `layouts.1`), decode with GQA, varlen with empty sequences on both sides; then one causal
@@ -254,13 +260,7 @@ pub fn edge_specs(d: usize, layouts: (LayoutKind, LayoutKind)) -> Vec<Spec> {
         specs.push(spec(batch(1, 130, 300), 4, 2, d, causal, layouts.0));
         specs.push(spec(batch(1, 300, 130), 3, 1, d, causal, layouts.1));
         specs.push(spec(batch(3, 1, 257), 4, 1, d, causal, LayoutKind::Bshd));
-        let ragged = Sequences::VarLen {
-            q_lens: vec![65, 0, 129, 1, 200],
-            k_lens: vec![70, 3, 0, 64, 200],
-            spare_q: 1,
-            spare_k: 2,
-        };
-        specs.push(spec(ragged, 2, 2, d, causal, LayoutKind::Bshd));
+        specs.push(spec(ragged([70, 3, 0, 64, 200]), 2, 2, d, causal, LayoutKind::Bshd));
     }
     let mut s = spec(batch(1, 200, 200), 2, 1, d, true, LayoutKind::Bshd);
     s.values = Values::LargeLogits;
@@ -513,12 +513,7 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
 /// must run the splits asked for.
 fn split_kv<T: Element>(dev: &Device) -> Result<(), String> {
     use LayoutKind::{Aligned, Bhsd, Bshd};
-    let varlen = || Sequences::VarLen {
-        q_lens: vec![65, 0, 129, 1, 200],
-        k_lens: vec![700, 3, 0, 64, 1000],
-        spare_q: 1,
-        spare_k: 2,
-    };
+    let varlen = || ragged([700, 3, 0, 64, 1000]);
     let mut specs = Vec::new();
     for d in [64, 128, 256, 40, 96] {
         let layout = if d % 64 == 0 { Bshd } else { Aligned };
@@ -569,12 +564,7 @@ fn sliding_windows<T: Element>(dev: &Device) -> Result<(), String> {
         w(Some(37), Some(64)),
         w(Some(200), Some(0)),
     ];
-    let varlen = || Sequences::VarLen {
-        q_lens: vec![65, 0, 129, 1, 200],
-        k_lens: vec![700, 3, 0, 64, 200],
-        spare_q: 1,
-        spare_k: 2,
-    };
+    let varlen = || ragged([700, 3, 0, 64, 200]);
     let mut specs = Vec::new();
     for (i, win) in windows.into_iter().enumerate() {
         for causal in [false, true] {
