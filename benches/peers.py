@@ -30,7 +30,10 @@ h // (heads // kv_heads). The SDPA backends get enable_gqa=True (torch >= 2.5; a
 GQA support is recorded `unsupported`, as for any shape it cannot run); on a torch whose SDPA
 raises TypeError for enable_gqa, K and V are expanded with repeat_interleave inside the timed call
 instead and the row says "gqa": "repeat". `naive` broadcasts each K/V head over its query heads.
-Decode rows (seqlen_q == 1) also carry kv_tb_s: the bytes of K and V over the median time, TB/s.
+Decode rows (seqlen_q == 1) also carry kv_tb_s: the bytes of K and V over the median time, TB/s;
+the shapes file's kv_bytes, which with a window counts only the keys a query sees
+(min(Nk, Nq + L) per sequence), as flashattn-bench's report does (it recomputes kv_tb_s from the
+row's shape and time).
 
 Passes (--passes, like flashattn-bench's --pass; every row carries its "pass"): `fwd` times the
 call above. `bwd` and `fwd+bwd` run it on Q, K, V that require gradients and time
@@ -42,6 +45,15 @@ backward of their operations; a repeat fallback for GQA sums the repeated gradie
 timed backward). Their FLOPs are 2.5 and 3.5 times the forward's, as ours. Extra memory: the peak
 during one call beyond what was allocated before it (for `bwd`: after the forward) and the
 outputs (O, and dQ, dK, dV). Backward rows are not checked against a reference.
+
+FlexAttention's backward: torch >= 2.6 compiles backwards with "donated buffers" (the backward may
+overwrite what the forward saved), and such a backward raises if run with retain_graph=True, which
+the `bwd` pass needs to run the same backward on one forward's graph in every timed call. So
+torch._functorch.config.donated_buffer is set to False before anything is compiled (where this
+torch has the setting; older ones donate nothing), and torch-flex's `bwd` rows time the backward
+alone, as the other backends'. The meta line's flex_donated_buffer says what was set (null: the
+setting does not exist). It changes only the compiled backward's buffer reuse (its memory, not
+its work); the eager backends are unaffected.
 
 Needs only python3, torch and (optionally) triton. Exit status: 0 ok, 2 bad arguments, 3 torch or
 CUDA unavailable.
@@ -153,6 +165,18 @@ def main():
         except Exception as e:  # torch < 2.5, or a broken install
             flex_missing = f"flex_attention is not importable: {type(e).__name__}: {e}"[:500]
             log(f"{flex_missing}: torch-flex rows are unsupported")
+    # The `bwd` pass times autograd.grad(..., retain_graph=True) on one forward's graph; a compiled
+    # backward with donated buffers (torch >= 2.6) refuses retain_graph, so donation is turned off
+    # before anything is compiled (see the module doc). None: this torch has no such setting.
+    flex_donated_buffer = None
+    if flex_missing is None and "flex" in args.backends.split(","):
+        try:
+            import torch._functorch.config as functorch_config
+            if hasattr(functorch_config, "donated_buffer"):
+                functorch_config.donated_buffer = False
+                flex_donated_buffer = False
+        except Exception as e:  # a torch without torch._functorch: nothing is donated there
+            log(f"torch._functorch.config.donated_buffer not set ({type(e).__name__}: {e})")
 
     def probe_enable_gqa():
         """Whether SDPA takes enable_gqa (torch >= 2.5): a TypeError says it does not."""
@@ -264,6 +288,7 @@ def main():
         "timer": timer,
         "enable_gqa": native_gqa,
         "flex": flex_missing or "torch.compile(flex_attention)",
+        "flex_donated_buffer": flex_donated_buffer,
         "warmup_ms": args.warmup_ms,
         "rep_ms": args.rep_ms,
         "passes": args.passes,
@@ -349,7 +374,9 @@ def main():
             continue
         scale = 1.0 / math.sqrt(d)
         out_bytes = B * H * Nq * d * q.element_size()
-        kv_bytes = s.get("kv_bytes") or 2 * B * KV * Nk * d * q.element_size()
+        # The keys some query sees (a window's min(Nk, Nq + L), as flashattn-bench counts them).
+        visible = Nk if left is None else min(Nk, Nq + left)
+        kv_bytes = s.get("kv_bytes") or 2 * B * KV * visible * d * q.element_size()
         ref = None
         if Nq * Nk <= args.ref_max_pairs:
             try:

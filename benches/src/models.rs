@@ -15,7 +15,8 @@
 //!   bound on DRAM traffic; Nsight Compute's measured bytes show how much L2 saves.
 //! - standard: Q, K, V read once, S (f32) written and read, P (storage type) written and read,
 //!   O and the LSE written. The score GEMM is dense, so the causal mask saves no traffic.
-//! - compulsory: every input and output once: the floor any method pays.
+//! - compulsory: every input and output once (of K and V, with a window, only the keys some query
+//!   sees): the floor any method pays.
 
 use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, VarLen, Window};
 
@@ -102,9 +103,12 @@ pub fn io_bytes(shape: &Shape) -> u64 {
     (2 * q as u64 + 2 * k as u64) * shape.dtype.size_bytes() as u64 + lse_bytes(shape)
 }
 
-/// Every input and output once.
+/// Every input and output once; of K and V only the keys some query sees (all without a window:
+/// [`Shape::kv_bytes`]), so that a window's compulsory bytes are its floor too.
 pub fn compulsory_bytes(shape: &Shape) -> f64 {
-    io_bytes(shape) as f64
+    let l = Layouts::new(shape, false);
+    let q = l.lens().0 as u64;
+    (2 * q * shape.dtype.size_bytes() as u64 + shape.kv_bytes() + lse_bytes(shape)) as f64
 }
 
 /// Modeled HBM bytes of the flash kernel with `block_m × block_n` tiles (see the module doc).
@@ -217,6 +221,25 @@ mod tests {
         assert_eq!(flash_bytes(&wide, 64, 64), flash_bytes(&causal, 64, 64));
         // FLOPs count the visible pairs (the diagonal included), not half the square.
         assert_eq!(flops(&wide), 4.0 * 2.0 * 3.0 * 64.0 * (1024.0 * 1025.0 / 2.0));
+    }
+
+    #[test]
+    fn a_windowed_decode_step_reads_only_the_visible_keys() {
+        // Nq = 1 against a cache of 16384 keys, left window 1024: 1025 keys (the diagonal too).
+        let (b, h, d, e) = (2.0, 3.0, 64.0, 2.0);
+        let q_o_lse = b * h * (2.0 * d * e + 4.0);
+        let kv = |keys: f64| b * h * 2.0 * keys * d * e;
+        for mask in [Mask::Causal, Mask::Dense] {
+            let full = shape(mask, 1, 16_384);
+            let w = Shape { window: Some(1024), ..full.clone() };
+            assert_eq!(w.kv_bytes() as f64, kv(1025.0));
+            assert_eq!(full.kv_bytes() as f64, kv(16_384.0));
+            // The model (`model GB`) and the floor count the same keys.
+            assert_eq!(flash_bytes(&w, 16, 64), q_o_lse + kv(1025.0));
+            assert_eq!(compulsory_bytes(&w), q_o_lse + kv(1025.0));
+            assert_eq!(flash_bytes(&full, 16, 64), q_o_lse + kv(16_384.0));
+            assert_eq!(compulsory_bytes(&full), io_bytes(&full) as f64);
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shapes::{Preset, expand};
+    use crate::shapes::{Mask, Preset, Shape, expand};
 
     #[test]
     fn peer_shapes_skip_varlen_and_rectangular_causal() {
@@ -208,6 +208,14 @@ mod tests {
         let p = w.iter().find(|p| p.key == c.shape.key()).unwrap();
         assert_eq!(p.flops, models::flops(&c.shape), "the visible pairs, as ours");
         assert_eq!(serde_json::to_value(p).unwrap()["window_left"], 1024);
+        // The script's decode TB/s divides kv_bytes: with a window, the keys a query can see.
+        let mut dec = Shape { seqlen_q: 1, seqlen_k: 16_384, mask: Mask::Causal, ..c.shape.clone() };
+        let cases = [Case { shape: dec.clone(), ..c.clone() }];
+        let per_key = 2 * (dec.kv_heads * dec.head_dim * dec.dtype.size_bytes() * dec.batch) as u64;
+        assert_eq!(peer_shapes(&cases)[0].kv_bytes, 1025 * per_key);
+        // (Without a window a rectangular causal shape is not the peers': the dense decode step.)
+        (dec.window, dec.mask) = (None, Mask::Dense);
+        assert_eq!(peer_shapes(&[Case { shape: dec, ..c.clone() }])[0].kv_bytes, 16_384 * per_key);
         assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
         assert!(locate(None).is_some(), "the source tree's script");
     }

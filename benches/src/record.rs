@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::shapes::kv_read_keys;
 use crate::stats::Summary;
 
 /// File our rows go to, in the output folder.
@@ -278,8 +279,8 @@ pub struct Row {
     pub bandwidth_gbs: Option<f64>,
     /// `flops / bytes_model`, FLOP/byte.
     pub intensity: Option<f64>,
-    /// Decode rows (Nq = 1) only: the bytes of K and V (each read once, storage type) over the
-    /// median time, TB/s: how close a decode step comes to streaming its K/V cache at the
+    /// Decode rows (Nq = 1) only: the bytes of K and V (each read once, storage type; with a
+    /// window only the keys it lets a query see: [`Row::kv_bytes`]) over the median time, TB/s: how close a decode step comes to streaming its K/V cache at the
     /// memory's speed.
     pub kv_tb_s: Option<f64>,
     /// Peers only, under grouped-query attention: `native` (`enable_gqa=True`) or `repeat` (K
@@ -325,14 +326,18 @@ impl Row {
         if self.kv_heads == 0 { self.heads } else { self.kv_heads }
     }
 
-    /// Bytes of K plus V in the storage type (B·Nk·H_kv·d·e each), if the dtype is known.
+    /// Bytes of K plus V in the storage type that the call must read (B·Nk·H_kv·d·e each; with a
+    /// left window of L only the keys some query sees, `min(Nk, Nq + L)` per sequence: see
+    /// [`crate::shapes::visible_keys`]), if the dtype is known.
     pub fn kv_bytes(&self) -> Option<f64> {
         let e = match self.dtype.as_str() {
             "bf16" | "f16" => 2.0,
             "f32" => 4.0,
             _ => return None,
         };
-        Some(2.0 * (self.batch * self.seqlen_k * self.kv_heads() * self.head_dim) as f64 * e)
+        let varlen = self.mask.starts_with("varlen");
+        let keys = kv_read_keys(varlen, self.batch, self.seqlen_q, self.seqlen_k, self.window_left);
+        Some(2.0 * keys as f64 * (self.kv_heads() * self.head_dim) as f64 * e)
     }
 
     /// [`Row::kv_tb_s`] from the shape and the timing: decode rows (Nq = 1) that were measured.
@@ -502,6 +507,38 @@ mod tests {
         assert_eq!(Row { seqlen_q: 2, ..row.clone() }.kv_tbs(), None);
         assert_eq!(Row { status: "oom".into(), ..row.clone() }.kv_tbs(), None);
         assert_eq!(Row { timing: None, ..row }.kv_tbs(), None);
+    }
+
+    #[test]
+    fn a_window_counts_only_the_keys_a_decode_step_can_see() {
+        // B = 1, H = 16, Nk = 16384, d = 128, bf16; a left window of 1024 keys: the query sees
+        // 1025 keys (its diagonal included), not the 16384 of the cache.
+        let row = Row {
+            key: "bf16/B1/H16/N1x16384/d128/causal/w1024".into(),
+            status: "ok".into(),
+            dtype: "bf16".into(),
+            batch: 1,
+            heads: 16,
+            kv_heads: 16,
+            seqlen_q: 1,
+            seqlen_k: 16_384,
+            head_dim: 128,
+            mask: "causal".into(),
+            window_left: Some(1024),
+            timing: Some(Timing { median_ms: 0.01, ..Default::default() }),
+            ..Default::default()
+        };
+        let per_key = 2.0 * 16.0 * 128.0 * 2.0;
+        assert_eq!(row.kv_bytes(), Some(1025.0 * per_key));
+        let want = 1025.0 * per_key / 0.01e-3 / 1e12;
+        assert!((row.kv_tbs().unwrap() - want).abs() < 1e-12);
+        // No window, or one wider than the cache: every key.
+        let full = Row { window_left: None, key: "bf16/B1/H16/N1x16384/d128/causal".into(), ..row.clone() };
+        assert_eq!(full.kv_bytes(), Some(16_384.0 * per_key));
+        assert_eq!(Row { window_left: Some(1 << 20), ..row.clone() }.kv_bytes(), Some(16_384.0 * per_key));
+        // Several queries: the keys from the first query's window start on (Nq + L per sequence).
+        let q8 = Row { seqlen_q: 8, batch: 3, ..row };
+        assert_eq!(q8.kv_bytes(), Some(3.0 * (8.0 + 1024.0) * per_key));
     }
 
     #[test]

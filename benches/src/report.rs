@@ -56,9 +56,12 @@ impl Data {
             .filter(|r| seen.insert((&r.backend, &r.key, &r.method, &r.tiles, r.pass())))
             .collect();
         rows.reverse();
-        // Records written before `kv_tb_s` existed (ours and the peers') get it from their shape.
+        // K/V TB/s from the shape and the time by the current byte model (ours and the peers'):
+        // records written before `kv_tb_s` existed, or before a window's keys were counted as
+        // only those a query sees, read the same as new ones. The recorded value stays where the
+        // shape cannot give one.
         let by = |b: &str| {
-            let fill = |r: &Row| Row { kv_tb_s: r.kv_tb_s.or_else(|| r.kv_tbs()), ..r.clone() };
+            let fill = |r: &Row| Row { kv_tb_s: r.kv_tbs().or(r.kv_tb_s), ..r.clone() };
             rows.iter().filter(|r| r.backend == b && r.pass() == "fwd").map(|&r| fill(r)).collect()
         };
         let meta = loaded.metas().filter(|m| m.source != "peers.py").last().cloned();
@@ -524,7 +527,8 @@ fn decode_section(out: &mut String, d: &Data, plots: &plots::Written) {
         col("H / KV", |r| format!("{} / {}", r.heads, r.kv_heads())),
         col("d", |r| r.head_dim.to_string()),
         col("Nk", |r| r.seqlen_k.to_string()),
-        col("K+V", |r| opt(r.kv_bytes(), bytes)),
+        col("window", |r| r.window_left.map_or("–".to_string(), |l| l.to_string())),
+        col("K+V read", |r| opt(r.kv_bytes(), bytes)),
         col("ours TB/s", |r| opt(d.best(&r.key), |b| format!("{} ({})", kv_cell(Some(b)), b.method))),
         col(format!("% of {:.2} TB/s ({copy})", c.bandwidth_tbs), share(c.bandwidth_tbs)),
     ];
@@ -542,7 +546,9 @@ fn decode_section(out: &mut String, d: &Data, plots: &plots::Written) {
     let text = format!(
         "One query per sequence against a K/V cache of Nk tokens: the step reads K and V once, so its \
          speed is bandwidth. TB/s = bytes of K and V (2·B·Nk·KV·d·e, the storage type; Q, O and the LSE are \
-         negligible and not counted) / median time. Ours is our fastest method. The shares are of the \
+         negligible and not counted) / median time. A row with a window (a left sliding window of L keys, \
+         the key's `/wL`) reads only the keys its query sees: min(Nk, L + 1) per sequence in place of Nk \
+         (K+V read). Ours is our fastest method. The shares are of the \
          device-to-device copy bandwidth (read + write bytes) of this run's ceilings{}. A peer marked \
          (repeat) ran on a torch without `enable_gqa`: K and V were expanded with `repeat_interleave` inside \
          its timed call. Ratios: ours over torch's FlashAttention-2 and cuDNN backends (TB/s, equally \
@@ -780,11 +786,43 @@ mod tests {
         let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
         for want in [
             "## Decode: K/V bandwidth",
-            "| group | dtype | B | H / KV | d | Nk | K+V | ours TB/s | % of 4.00 TB/s (measured copy) | % of 4.8 TB/s \
+            "| group | dtype | B | H / KV | d | Nk | window | K+V read | ours TB/s | % of 4.00 TB/s (measured copy) | % of 4.8 TB/s \
              (datasheet) | torch FA2 TB/s | torch cuDNN TB/s | torch mem-eff TB/s | ours / torch FA2 | ours / torch \
              cuDNN |",
-            "| llama3-8b-decode | bf16 | 16 | 32 / 8 | 128 | 16384 | 1.0 GiB | 4.29 (auto) | 107% | 89% | 2.15 | \
+            "| llama3-8b-decode | bf16 | 16 | 32 / 8 | 128 | 16384 | – | 1.0 GiB | 4.29 (auto) | 107% | 89% | 2.15 | \
              1.07 (repeat) | n/a | 2.00× | 4.00× |",
+        ] {
+            assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
+        }
+    }
+
+    #[test]
+    fn windowed_decode_rows_count_only_the_visible_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        // B = 1, H = 16, Nk = 16384, d = 128, bf16, left window 1024: the query sees 1025 keys,
+        // K + V = 2·1025·16·128·2 bytes = 8.0 MiB, so 0.01 ms is 0.84 TB/s (all 16384 keys
+        // would make it 13.4 TB/s). The rows carry the TB/s of every key (as the bench and
+        // peers.py wrote them before): the report recomputes it.
+        let key = "bf16/B1/H16/N1x16384/d128/causal/w1024";
+        let row = |backend: &str, method: &str, ms: f64, extra: &str| {
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"{key}","group":"decode","dtype":"bf16","batch":1,"heads":16,"kv_heads":16,"seqlen_q":1,"seqlen_k":16384,"head_dim":128,"mask":"causal","window_left":1024,"method":"{method}","status":"ok","flops":1e9,"timing":{{"median_ms":{ms}}},"tflops":{}{extra}}}"#,
+                1e9 / (ms * 1e-3) / 1e12
+            )
+        };
+        let ours = [
+            r#"{"kind":"meta","source":"flashattn-bench","device":"NVIDIA H200"}"#.to_string(),
+            r#"{"kind":"ceilings","bandwidth_tbs":4.0,"tflops":800.0,"source":"measured"}"#.to_string(),
+            row("gpu", "auto", 0.01, r#","kv_tb_s":13.42"#),
+        ];
+        let peers = [row("peer", "torch-flex", 0.02, r#","kv_tb_s":6.71"#)];
+        std::fs::write(dir.path().join("bench.jsonl"), ours.join("\n")).unwrap();
+        std::fs::write(dir.path().join("peers.jsonl"), peers.join("\n")).unwrap();
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        for want in [
+            "| group | dtype | B | H / KV | d | Nk | window | K+V read | ours TB/s | % of 4.00 TB/s (measured copy) | \
+             % of 4.8 TB/s (datasheet) | torch flex TB/s |",
+            "| decode | bf16 | 1 | 16 / 16 | 128 | 16384 | 1024 | 8.0 MiB | 0.84 (auto) | 21% | 17% | 0.42 |",
         ] {
             assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
         }

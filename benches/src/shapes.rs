@@ -221,13 +221,7 @@ impl Shape {
 
     /// Per-sequence (query, key) lengths: all equal, or ragged for varlen.
     pub fn lengths(&self) -> (Vec<u32>, Vec<u32>) {
-        if !self.mask.varlen() {
-            return (vec![self.seqlen_q as u32; self.batch], vec![self.seqlen_k as u32; self.batch]);
-        }
-        let k = varlen_lengths(self.batch, self.seqlen_k);
-        let q =
-            if self.seqlen_q == self.seqlen_k { k.clone() } else { vec![self.seqlen_q as u32; self.batch] };
-        (q, k)
+        lengths(self.mask.varlen(), self.batch, self.seqlen_q, self.seqlen_k)
     }
 
     /// Elements of Q (= O, with `heads`) and of K (= V, with `kv_heads`).
@@ -236,9 +230,12 @@ impl Shape {
         (self.batch as u64 * self.seqlen_q as u64 * q_row, self.batch as u64 * self.seqlen_k as u64 * kv_row)
     }
 
-    /// Bytes of K plus V in the storage type: what a decode step (Nq = 1) must read at least.
+    /// Bytes of K plus V in the storage type that a call must read at least: the keys some query
+    /// row sees ([`visible_keys`]: all of them without a window), K and V once each. What a
+    /// decode step (Nq = 1) is judged by.
     pub fn kv_bytes(&self) -> u64 {
-        2 * self.elems().1 * self.dtype.size_bytes() as u64
+        let keys = kv_read_keys(self.mask.varlen(), self.batch, self.seqlen_q, self.seqlen_k, self.window);
+        2 * keys * (self.kv_heads * self.head_dim) as u64 * self.dtype.size_bytes() as u64
     }
 
     /// Whether PyTorch can compute the same thing: no varlen, and causal only with Nq == Nk
@@ -249,6 +246,36 @@ impl Shape {
         !self.mask.varlen()
             && (!self.mask.causal() || self.seqlen_q == self.seqlen_k || self.window.is_some())
     }
+}
+
+/// Per-sequence (query, key) lengths of `batch` sequences of (mean, for varlen) lengths `nq` and
+/// `nk`: all equal, or ragged for varlen ([`varlen_lengths`]; the queries as the keys when
+/// `nq == nk`, else `nq` each).
+pub fn lengths(varlen: bool, batch: usize, nq: usize, nk: usize) -> (Vec<u32>, Vec<u32>) {
+    if !varlen {
+        return (vec![nq as u32; batch], vec![nk as u32; batch]);
+    }
+    let k = varlen_lengths(batch, nk);
+    let q = if nq == nk { k.clone() } else { vec![nq as u32; batch] };
+    (q, k)
+}
+
+/// Keys of one sequence (`nq` queries, `nk` keys) that at least one query row sees, so that a
+/// call must read: all `nk` without a window; with a left window of `left` keys before each
+/// query's bottom-right-aligned diagonal (query `i`'s is key `i + nk − nq`), the keys from the
+/// first query's window start on, `min(nk, nq + left)` (`min(nk, left + 1)` for a decode step).
+/// The causal mask removes no key from the union (the last query sees the last key).
+pub fn visible_keys(nq: usize, nk: usize, window: Option<usize>) -> usize {
+    window.map_or(nk, |left| nk.min(nq.saturating_add(left)))
+}
+
+/// [`visible_keys`] summed over the sequences of a shape (see [`lengths`]).
+pub fn kv_read_keys(varlen: bool, batch: usize, nq: usize, nk: usize, window: Option<usize>) -> u64 {
+    if window.is_none() || !varlen {
+        return batch as u64 * visible_keys(nq, nk, window) as u64;
+    }
+    let (q, k) = lengths(varlen, batch, nq, nk);
+    q.iter().zip(&k).map(|(&q, &k)| visible_keys(q as usize, k as usize, window) as u64).sum()
 }
 
 /// Ragged lengths around `n` for `batch` sequences, summing to `batch·n`, each at least 1:
@@ -811,6 +838,37 @@ mod tests {
         assert_eq!(wall.variants, [Variant { method: Method::Standard, tiles: None }]);
         assert!(cases.iter().any(|c| c.shape.seqlen_q == 1 && c.shape.seqlen_k == 16_384));
         assert!(cases.iter().any(|c| c.shape.head_dim == 256 && c.shape.heads == 8));
+    }
+
+    #[test]
+    fn k_and_v_bytes_count_the_keys_some_query_sees() {
+        assert_eq!(visible_keys(1, 16_384, None), 16_384);
+        assert_eq!(visible_keys(1, 16_384, Some(1024)), 1025);
+        assert_eq!(visible_keys(1, 16_384, Some(4096)), 4097);
+        assert_eq!(visible_keys(1, 512, Some(1024)), 512);
+        assert_eq!(visible_keys(4096, 16_384, Some(1024)), 5120);
+        assert_eq!(visible_keys(16_384, 16_384, Some(1024)), 16_384, "prefill: every key is seen");
+        let s = Shape {
+            dtype: DType::BF16,
+            batch: 4,
+            heads: 8,
+            kv_heads: 2,
+            seqlen_q: 1,
+            seqlen_k: 4096,
+            head_dim: 64,
+            mask: Mask::Causal,
+            window: None,
+        };
+        let per_key = 2 * 2 * 64 * 2;
+        assert_eq!(s.kv_bytes(), 4 * 4096 * per_key);
+        assert_eq!(Shape { window: Some(100), ..s.clone() }.kv_bytes(), 4 * 101 * per_key);
+        // Varlen: per ragged sequence.
+        let v = Shape { mask: Mask::VarlenCausal, seqlen_q: 1, seqlen_k: 60, window: Some(60), ..s };
+        let (q, k) = v.lengths();
+        assert!(k.iter().any(|&k| k < 61) && k.iter().any(|&k| k > 61), "{k:?}");
+        let keys: u64 = q.iter().zip(&k).map(|(&a, &b)| (b as u64).min(a as u64 + 60)).sum();
+        assert_eq!(v.kv_bytes(), keys * per_key);
+        assert_eq!(Shape { window: None, ..v.clone() }.kv_bytes(), 4 * 60 * per_key);
     }
 
     #[test]
