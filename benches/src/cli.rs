@@ -119,7 +119,7 @@ pub struct RunArgs {
     /// Tile overrides for the flash methods, BLOCK_MxBLOCK_N (`auto`: the library's choice).
     #[arg(long, value_delimiter = ',', value_parser = tiles)]
     pub tiles: Option<Vec<TileArg>>,
-    /// Methods: flash, flash-tc, standard, auto.
+    /// Methods: flash, flash-tc, flash-hopper (sm_90 only), standard, auto.
     #[arg(long, value_delimiter = ',', value_parser = method)]
     pub methods: Option<Vec<Method>>,
     /// Passes to time: fwd, bwd (the backward alone, given the forward's O and LSE), fwd+bwd.

@@ -26,6 +26,7 @@ fn color(method: &str) -> RGBColor {
     match method {
         "flash" | "cpu-tiled" => RGBColor(31, 119, 180),
         "flash-tc" => RGBColor(44, 160, 44),
+        "flash-hopper" => RGBColor(23, 190, 207),
         "auto" => RGBColor(148, 103, 189),
         "standard" | "cpu-standard" => RGBColor(214, 39, 40),
         "torch-flash" => RGBColor(255, 127, 14),

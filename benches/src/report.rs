@@ -17,7 +17,7 @@ pub const REPORT_FILE: &str = "report.md";
 const METHOD_TEXT: &str = include_str!("report-method.md");
 
 /// Our methods in table order.
-const OUR_METHODS: [&str; 4] = ["flash", "flash-tc", "auto", "standard"];
+const OUR_METHODS: [&str; 5] = ["flash", "flash-tc", "flash-hopper", "auto", "standard"];
 /// Peer backends in table order, with the names the report shows.
 pub const PEERS: [(&str, &str); 6] = [
     ("torch-flash", "torch FA2"),

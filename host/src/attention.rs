@@ -90,6 +90,7 @@ impl Device {
         }
         match plan.method {
             Method::Standard => crate::standard::run(self, T::DTYPE, &problem, io, &plan)?,
+            Method::FlashHopper => self.run_wgmma(T::DTYPE, &problem, io, &plan)?,
             _ => self.run_flash(&problem, io, &plan)?,
         }
         Ok(plan)

@@ -21,6 +21,7 @@ pub mod cpu;
 mod device;
 mod error;
 pub mod explain;
+mod hopper;
 pub mod plan;
 mod problem;
 mod registry;

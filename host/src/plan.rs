@@ -8,7 +8,8 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    bwd_default, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
+    WGMMA_CONFIGS, bwd_default, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
+    wgmma_default,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -124,6 +125,11 @@ pub enum Reason {
     ScoreMod,
     /// Per-entry K/V cache lengths: the GPU kernels do not read them yet (the CPU path does).
     KvCache,
+    /// Something the Hopper kernel does not run yet (the `mma.sync` kernel does).
+    NotOnHopper {
+        /// What.
+        what: &'static str,
+    },
 }
 
 impl std::fmt::Display for Reason {
@@ -184,6 +190,10 @@ impl std::fmt::Display for Reason {
             ),
             Reason::ScoreMod => f.write_str(
                 "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
+            ),
+            Reason::NotOnHopper { what } => write!(
+                f,
+                "{what} (not on the Hopper kernel yet; Method::FlashTensorCore runs it)"
             ),
             Reason::NoBackward => f.write_str(
                 "the backward pass (on the GPU only the tensor-core kernels have one: use Method::Auto or \
@@ -464,6 +474,7 @@ pub fn plan(
     let mut plan = match opts.method {
         Method::Flash => plan_simt(props, dtype, problem, opts),
         Method::FlashTensorCore => plan_mma(props, dtype, problem, opts),
+        Method::FlashHopper => plan_wgmma(props, dtype, problem, opts),
         Method::Standard => plan_standard(dtype, problem, opts),
         Method::Auto => plan_auto(props, dtype, problem, opts),
     }?;
@@ -491,6 +502,7 @@ fn plan_auto(
     for (i, rule) in AUTO_RULES.iter().enumerate() {
         let attempt = match rule.method {
             Method::FlashTensorCore => plan_mma(props, dtype, problem, opts),
+            Method::FlashHopper => plan_wgmma(props, dtype, problem, opts),
             Method::Standard => standard_for_auto(props, dtype, problem, opts),
             _ => plan_simt(props, dtype, problem, opts),
         };
@@ -813,6 +825,79 @@ fn plan_mma(
         flash_plan(method, props, eff, family, tiles, config.threads(), config.shared_bytes(), splits)?;
     plan.gqa_packed = packed.is_some();
     plan.why = why;
+    Ok(plan)
+}
+
+/// `Method::FlashHopper`: the `wgmma` instance for the head dim, on sm_90a, for fixed-length
+/// batches without a window or split-KV, with strides TMA can describe (16-byte multiples).
+fn plan_wgmma(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let method = Method::FlashHopper;
+    let no = |what| Err(unsupported(method, Reason::NotOnHopper { what }));
+    if props.target() != Some(Target::Sm90a) {
+        let kernel = "flash_fwd_wgmma (TMA and wgmma: compute capability 9.0)";
+        return Err(unsupported(method, Reason::Target { kernel, target: props.ptx_target }));
+    }
+    if dtype == DType::F32 {
+        return Err(unsupported(method, Reason::DType { dtype }));
+    }
+    if !problem.window().is_none() {
+        return Err(unsupported(method, Reason::Window));
+    }
+    if problem.varlen().is_some() {
+        return no("a variable-length batch");
+    }
+    if opts.splits.is_some_and(|s| s > 1) {
+        return Err(unsupported(method, Reason::NoSplitKv));
+    }
+    let d = problem.head_dim();
+    let index = u32::try_from(d).ok().and_then(wgmma_default).ok_or_else(|| {
+        let supported = WGMMA_CONFIGS.iter().map(|c| c.head_dim).collect();
+        unsupported(method, Reason::HeadDim { head_dim: d, supported })
+    })?;
+    let config = WGMMA_CONFIGS[index];
+    let (m, n) = (opts.tiles.block_m, opts.tiles.block_n);
+    if m.is_some_and(|m| m != config.block_m as usize) || n.is_some_and(|n| n != config.block_n as usize) {
+        let available = vec![(config.block_m, config.block_n)];
+        return Err(tile_error(method, opts.tiles, TileError::NotInstantiated { head_dim: d, available }));
+    }
+    // (An empty problem launches nothing: its strides never reach TMA.)
+    for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())]
+        .into_iter()
+        .filter(|_| !problem.is_empty())
+    {
+        let strides = [l.batch_stride, l.seq_stride, l.head_stride];
+        if crate::hopper::tma_strides(l, 2).is_none()
+            || l.moving_strides().any(|(_, s)| s % TC_STRIDE_ALIGN != 0)
+        {
+            return Err(unsupported(
+                method,
+                Reason::Alignment { tensor, strides, multiple_of: TC_STRIDE_ALIGN },
+            ));
+        }
+    }
+    for l in [problem.q(), problem.k()] {
+        if l.seqlen > i32::MAX as usize || l.heads > i32::MAX as usize || l.batch > i32::MAX as usize {
+            return no("more than 2³¹ − 1 tokens, heads or sequences in a TMA coordinate");
+        }
+    }
+    let limit = props.max_shared_per_block;
+    if config.shared_bytes() > limit {
+        return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
+    }
+    let family = Family::FlashWgmma(elem(dtype), index);
+    let tiles = (config.block_m, config.block_n);
+    let mut plan =
+        flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes(), 1)?;
+    plan.why.push(format!(
+        "Hopper kernel: TMA loads {}×{} tiles (128-byte swizzled panels) through {} stages, two warpgroups \
+         compute with wgmma",
+        config.block_m, config.block_n, config.stages
+    ));
     Ok(plan)
 }
 

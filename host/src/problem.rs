@@ -181,13 +181,17 @@ pub enum Method {
     Flash,
     /// The tensor-core flash kernel (`mma.sync`; f16/bf16, head dims with a tuned config).
     FlashTensorCore,
+    /// The Hopper flash kernel (sm_90 only: TMA loads, `wgmma` products, a producer warp;
+    /// f16/bf16, head dims that are multiples of 8 up to 128, fixed-length batches, no window).
+    FlashHopper,
     /// Standard attention: S = Q·Kᵀ and O = P·V by cuBLAS, S and P stored in device memory.
     Standard,
 }
 
 impl Method {
     /// Every method.
-    pub const ALL: [Method; 4] = [Method::Auto, Method::Flash, Method::FlashTensorCore, Method::Standard];
+    pub const ALL: [Method; 5] =
+        [Method::Auto, Method::Flash, Method::FlashTensorCore, Method::FlashHopper, Method::Standard];
 
     /// Lower-case name used in reports and on command lines.
     pub const fn name(self) -> &'static str {
@@ -195,6 +199,7 @@ impl Method {
             Method::Auto => "auto",
             Method::Flash => "flash",
             Method::FlashTensorCore => "flash-tc",
+            Method::FlashHopper => "flash-hopper",
             Method::Standard => "standard",
         }
     }
@@ -209,10 +214,9 @@ impl std::fmt::Display for Method {
 impl std::str::FromStr for Method {
     type Err = String;
     fn from_str(s: &str) -> Result<Method, String> {
-        Method::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown method `{s}`: expected one of auto, flash, flash-tc, standard"))
+        Method::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            format!("unknown method `{s}`: expected one of auto, flash, flash-tc, flash-hopper, standard")
+        })
     }
 }
 

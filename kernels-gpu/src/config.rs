@@ -456,6 +456,97 @@ impl SimtConfig {
     }
 }
 
+/// A Hopper forward configuration (`gpu/flash_wgmma.rs`, sm_90a only): `block_m` query rows per
+/// block in two consumer warpgroups of 64 rows, `block_n` keys per tile, `stages` K and V tiles
+/// in flight, loaded by TMA from a producer warp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WgmmaConfig {
+    /// Head dimension of the tiles: a multiple of 64 (whole 128-byte swizzled panels); smaller
+    /// problem head dims (multiples of 8) are zero-filled by TMA past `d`.
+    pub head_dim: u32,
+    /// Query rows per block (64 per consumer warpgroup).
+    pub block_m: u32,
+    /// Keys per tile (the N of `S = Q·Kᵀ`'s `wgmma`).
+    pub block_n: u32,
+    /// K and V tiles in flight (a ring of `stages` buffers each).
+    pub stages: u32,
+}
+
+/// Rows per consumer warpgroup of the Hopper kernel (the M of `wgmma`).
+pub const WGMMA_ROWS: u32 = 64;
+/// Columns per 128-byte swizzled panel (16-bit elements).
+pub const WGMMA_PANEL: u32 = 64;
+
+impl WgmmaConfig {
+    /// Consumer warpgroups.
+    pub const fn consumers(&self) -> u32 {
+        self.block_m / WGMMA_ROWS
+    }
+
+    /// Threads per block: the consumer warpgroups, then one producer warp that issues the TMA
+    /// loads.
+    pub const fn threads(&self) -> u32 {
+        128 * self.consumers() + 32
+    }
+
+    /// Bytes of one tile of `rows` rows in 128-byte panels.
+    pub const fn tile_bytes(&self, rows: u32) -> u32 {
+        2 * rows * self.head_dim
+    }
+
+    /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
+    /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
+    /// full and an empty barrier per K and V stage).
+    pub const fn shared_bytes(&self) -> u32 {
+        1024 + self.tile_bytes(self.block_m)
+            + 2 * self.stages * self.tile_bytes(self.block_n)
+            + self.barrier_bytes()
+    }
+
+    /// Bytes of the barriers.
+    pub const fn barrier_bytes(&self) -> u32 {
+        8 * (1 + 4 * self.stages)
+    }
+
+    /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).
+    pub const fn runs(&self, d: u32) -> bool {
+        d <= self.head_dim && d % 8 == 0 && d > self.head_dim - WGMMA_PANEL
+    }
+
+    /// Whether the kernel can run the configuration.
+    pub const fn is_valid(&self) -> bool {
+        self.head_dim % WGMMA_PANEL == 0
+            && self.head_dim <= 128
+            && self.block_m % WGMMA_ROWS == 0
+            && self.consumers() >= 1
+            && self.block_n == 128
+            && self.stages >= 1
+            && self.shared_bytes() <= HOPPER_SHARED_LIMIT
+    }
+}
+
+pub use crate::registry::{WGMMA_CONFIGS, WGMMA_KERNELS};
+
+const _: () = {
+    let mut i = 0;
+    while i < WGMMA_CONFIGS.len() {
+        assert!(WGMMA_CONFIGS[i].is_valid(), "a Hopper tile configuration breaks the kernel's constraints");
+        i += 1;
+    }
+};
+
+/// The Hopper instance for head dim `d`, if one runs it.
+pub const fn wgmma_default(head_dim: u32) -> Option<usize> {
+    let mut i = 0;
+    while i < WGMMA_CONFIGS.len() {
+        if WGMMA_CONFIGS[i].runs(head_dim) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
 /// The CPU implementation's default tiles (rows of Q × rows of K per step).
 pub const CPU_TILES: (usize, usize) = (64, 64);
 

@@ -138,6 +138,22 @@ pub struct BwdParams {
     pub locks: u64,
 }
 
+/// Parameters of the Hopper forward kernel: the forward's struct, and the device address of
+/// its three TMA tensor maps (Q, K, V: 128 bytes each, consecutive, 64-byte aligned), which
+/// describe each tensor as 4-D `(head_dim, seqlen, heads, batch)` with the struct's strides and
+/// a box of one 64-column panel × the kernel's rows, 128-byte swizzled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WgmmaParams {
+    /// Shapes, strides, outputs, mask.
+    pub attn: AttnParams,
+    /// The tensor maps: Q at `maps`, K at `maps + 128`, V at `maps + 256`.
+    pub maps: u64,
+}
+
+/// Bytes of one TMA tensor map (`CUtensorMap`).
+pub const TENSOR_MAP_BYTES: u64 = 128;
+
 /// Query rows per block of the backward's preprocessing and dQ-conversion kernels (4 warps of
 /// 16), and query rows per step of the main kernel.
 pub const BWD_BLOCK_M: u32 = 64;

@@ -70,6 +70,8 @@ pub enum Family {
     Combine(Elem),
     /// The backward's preprocessing kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
     BwdPrep(Elem, usize),
+    /// The Hopper forward kernel (`WgmmaParams`, sm_90a only) of `WGMMA_CONFIGS[index]`.
+    FlashWgmma(Elem, usize),
     /// The backward's main kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
     BwdMma(Elem, usize),
     /// The backward's dQ conversion (`BwdParams`): f32 accumulator to the storage type.
@@ -163,6 +165,26 @@ macro_rules! mma_kernel_name {
     };
 }
 
+/// Calls `$m!` with the Hopper forward instances (sm_90a only), one `(head_dim, block_m,
+/// block_n, stages)` group each ([`crate::config::WgmmaConfig`]).
+#[macro_export]
+macro_rules! for_each_wgmma_instance {
+    ($m:ident $(, $arg:tt)*) => {
+        $m! { ($($arg),*)
+            (64, 128, 128, 2)
+            (128, 128, 128, 2)
+        }
+    };
+}
+
+/// The entry name of one Hopper instance: `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`.
+#[macro_export]
+macro_rules! wgmma_kernel_name {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s)
+    };
+}
+
 /// Calls `$m!` with the backward's instances, one `(head_dim, warps, min_blocks)` group each
 /// ([`crate::config::BwdConfig`]; all padded).
 #[macro_export]
@@ -233,6 +255,21 @@ macro_rules! mma_table {
 }
 for_each_mma_instance!(mma_table);
 
+macro_rules! wgmma_table {
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal))*) => {
+        /// Every Hopper forward configuration, in [`for_each_wgmma_instance!`] order.
+        pub const WGMMA_CONFIGS: [$crate::config::WgmmaConfig; [$($d),*].len()] = [$(
+            $crate::config::WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s }
+        ),*];
+        /// Entry names of [`WGMMA_CONFIGS`], f16 then bf16.
+        pub const WGMMA_KERNELS: [[&str; WGMMA_CONFIGS.len()]; 2] = [
+            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s)),*],
+            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s)),*],
+        ];
+    };
+}
+for_each_wgmma_instance!(wgmma_table);
+
 macro_rules! bwd_table {
     (() $(($d:literal, $w:literal, $b:literal, $win:tt))*) => {
         /// Every backward configuration, in [`for_each_bwd_instance!`] order.
@@ -284,8 +321,14 @@ const FIXED: [(&str, Family); 11] = [
 ];
 
 /// Number of entry points.
-pub const KERNEL_COUNT: usize =
-    FIXED.len() + 3 * SIMT_HEAD_DIMS.len() + 2 * MMA_CONFIGS.len() + 4 * BWD_CONFIGS.len();
+pub const KERNEL_COUNT: usize = FIXED.len()
+    + 3 * SIMT_HEAD_DIMS.len()
+    + 2 * MMA_CONFIGS.len()
+    + 4 * BWD_CONFIGS.len()
+    + 2 * WGMMA_CONFIGS.len();
+
+/// The targets of the Hopper-only kernels.
+const SM90A_ONLY: [Target; 1] = [Target::Sm90a];
 
 /// The registry: every entry point, its family and its targets. Built at compile time from the
 /// lists above.
@@ -338,6 +381,20 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
                 targets: &Target::ALL,
             };
             n += 2;
+            i += 1;
+        }
+        e += 1;
+    }
+    let mut e = 0;
+    while e < 2 {
+        let mut i = 0;
+        while i < WGMMA_CONFIGS.len() {
+            out[n] = KernelInfo {
+                name: WGMMA_KERNELS[e][i],
+                family: Family::FlashWgmma(ELEMS[e], i),
+                targets: &SM90A_ONLY,
+            };
+            n += 1;
             i += 1;
         }
         e += 1;

@@ -226,7 +226,16 @@ fn empty_problems_launch_nothing() {
             let p = problem(q, k, &opts);
             assert!(p.is_empty());
             for props in devices() {
-                let pl = plan(&props, DType::F16, &p, &opts).unwrap();
+                let pl = plan(&props, DType::F16, &p, &opts);
+                if method == Method::FlashHopper && props.compute_capability != (9, 0) {
+                    // An explicit method the device cannot run is refused, empty or not.
+                    assert!(matches!(
+                        pl,
+                        Err(InvalidInput::Unsupported { reason: Reason::Target { .. }, .. })
+                    ));
+                    continue;
+                }
+                let pl = pl.unwrap();
                 assert!(pl.launches.is_empty() && pl.scratch_bytes == 0, "{pl}");
             }
         }
@@ -544,4 +553,69 @@ fn score_modifiers_are_refused_on_the_gpu_and_validated() {
             "{bad:?}"
         );
     }
+}
+
+#[test]
+fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
+    use flashattn::kernels::config::WGMMA_CONFIGS;
+    let opts = AttentionOptions { method: Method::FlashHopper, ..Default::default() };
+    for d in [8, 40, 64, 96, 128] {
+        for layout in [Layout::bshd(2, 1000, 4, d), Layout::bhsd(2, 1000, 4, d)] {
+            let p = plan(&DeviceProps::h200(), DType::BF16, &problem(layout, layout, &opts), &opts).unwrap();
+            assert_eq!(p.method, Method::FlashHopper);
+            let c = WGMMA_CONFIGS.iter().find(|c| c.runs(d as u32)).unwrap();
+            assert!(p.kernel().starts_with("flash_fwd_wgmma_bf16_d"), "{p}");
+            assert_eq!(p.main_launch().unwrap().grid, (1000u32.div_ceil(c.block_m), 4, 2));
+            assert_eq!(p.main_launch().unwrap().threads, 288);
+            assert_eq!(p.launches.len(), 1, "no split-KV, no combine: {p}");
+        }
+    }
+    let l = Layout::bshd(2, 1000, 4, 128);
+    let refused =
+        |props: &DeviceProps, dtype, p: &Problem, o: &AttentionOptions| match plan(props, dtype, p, o) {
+            Err(InvalidInput::Unsupported { reason, .. }) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+    // Not on sm_80's PTX.
+    assert!(matches!(
+        refused(&DeviceProps::a100(), DType::BF16, &problem(l, l, &opts), &opts),
+        Reason::Target { .. }
+    ));
+    // f32, head dims above 128 or not multiples of 8, windows, split-KV overrides, unaligned strides.
+    assert!(matches!(
+        refused(&DeviceProps::h200(), DType::F32, &problem(l, l, &opts), &opts),
+        Reason::DType { .. }
+    ));
+    for d in [136, 256, 59] {
+        let l = Layout::bshd(1, 100, 2, d);
+        assert!(matches!(
+            refused(&DeviceProps::h200(), DType::F16, &problem(l, l, &opts), &opts),
+            Reason::HeadDim { .. } | Reason::Alignment { .. }
+        ));
+    }
+    let windowed = AttentionOptions {
+        window: flashattn::Window { left: Some(16), right: Some(0) },
+        causal: true,
+        ..opts.clone()
+    };
+    assert!(matches!(
+        refused(&DeviceProps::h200(), DType::F16, &problem(l, l, &windowed), &windowed),
+        Reason::Window
+    ));
+    let split = AttentionOptions { splits: Some(4), ..opts.clone() };
+    assert!(matches!(
+        refused(&DeviceProps::h200(), DType::F16, &problem(l, l, &split), &split),
+        Reason::NoSplitKv
+    ));
+    let mut gapped = Layout::bshd(1, 100, 2, 64);
+    gapped.seq_stride = 132;
+    assert!(matches!(
+        refused(&DeviceProps::h200(), DType::F16, &problem(gapped, gapped, &opts), &opts),
+        Reason::Alignment { .. }
+    ));
+    let tiles = AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: None }, ..opts.clone() };
+    assert!(matches!(
+        plan(&DeviceProps::h200(), DType::F16, &problem(l, l, &tiles), &tiles),
+        Err(InvalidInput::Tiles { .. })
+    ));
 }

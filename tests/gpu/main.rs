@@ -6,6 +6,7 @@
 mod attention;
 mod backward;
 mod holes;
+mod hopper;
 mod runtime;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ fn main() {
         .chain(attention::TESTS)
         .chain(backward::TESTS)
         .chain(holes::TESTS)
+        .chain(hopper::TESTS)
         .copied()
         .collect();
     let trials = tests

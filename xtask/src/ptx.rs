@@ -102,7 +102,7 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
     crate::util::run(&mut cmd)?;
     let out = target_dir.join("nvptx64-nvidia-cuda/release/flashattn_kernels.ptx");
     let ptx = std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
-    add_launch_bounds(&ptx)
+    add_launch_bounds(&ptx, arch)
 }
 
 /// Writes each tensor-core kernel's launch bounds into the PTX: `.maxntid` (its threads per
@@ -110,10 +110,18 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
 /// `__launch_bounds__(threads, min_blocks)` produces. Rust has no attribute for them, and
 /// without them ptxas may use all 255 registers per thread, which limits how many blocks share a
 /// multiprocessor.
-fn add_launch_bounds(ptx: &str) -> Result<String> {
-    use flashattn_kernels::config::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, MMA_CONFIGS, MMA_KERNELS};
+fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
+    use flashattn_kernels::config::{
+        BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, MMA_CONFIGS, MMA_KERNELS, WGMMA_CONFIGS, WGMMA_KERNELS,
+    };
     use flashattn_kernels::params::BWD_PREP_THREADS;
     let mut bounds: Vec<(&str, u32, u32)> = Vec::new();
+    // The Hopper kernels exist in the sm_90a PTX only (one block per SM: 224 registers a thread).
+    if arch == flashattn_kernels::registry::Target::Sm90a.name() {
+        for names in WGMMA_KERNELS {
+            bounds.extend(WGMMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), 1)));
+        }
+    }
     for names in MMA_KERNELS {
         bounds.extend(MMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
     }

@@ -7,6 +7,9 @@ mod fill;
 mod flash_bwd;
 mod flash_mma;
 mod flash_simt;
+// Hopper-only: `wgmma` and TMA exist on sm_90a alone (the sm_80 PTX has no such kernels).
+#[cfg(target_feature = "sm_90a")]
+mod flash_wgmma;
 mod sequence;
 mod softmax_rows;
 mod tile;

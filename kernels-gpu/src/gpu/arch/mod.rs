@@ -9,3 +9,5 @@ pub mod mma;
 pub mod shared;
 pub mod shuffle;
 pub mod thread;
+pub mod tma;
+pub mod wgmma;

@@ -1,0 +1,133 @@
+//! The Hopper forward path (`Method::FlashHopper`): the TMA tensor maps of Q, K and V, and the
+//! launch of the `wgmma` kernel (`kernels-gpu/src/gpu/flash_wgmma.rs`).
+//!
+//! Each map describes its tensor as 4-D `(head_dim, seqlen, heads, batch)`, innermost first,
+//! with the layout's strides, and a box of one 64-column panel (128 bytes) × the kernel's tile
+//! rows, 128-byte swizzled: the layout `wgmma` reads. TMA zero-fills what lies outside the
+//! dimensions, so tiles past the end of a sequence and columns past the head dim arrive as
+//! zeros. The maps are encoded on the host (`cuTensorMapEncodeTiled`, no GPU work) and copied
+//! to device memory with the call (a map passed by value as a kernel parameter is not aligned
+//! as TMA needs with this compiler).
+
+use cudarc::driver::sys;
+use flashattn_kernels::config::{WGMMA_CONFIGS, WGMMA_PANEL};
+use flashattn_kernels::params::{TENSOR_MAP_BYTES, WgmmaParams};
+use flashattn_kernels::registry::Family;
+
+use crate::attention::{Io, attn_params};
+use crate::buffer::DType;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::problem::{Layout, Problem};
+
+/// TMA's limits on a global tensor: strides multiple of 16 bytes below 2⁴⁰, dimensions below 2³².
+const TMA_STRIDE_ALIGN: u64 = 16;
+const TMA_MAX_STRIDE: u64 = 1 << 40;
+
+/// The byte strides TMA takes for a layout's `(seqlen, heads, batch)` dimensions. A dimension
+/// of extent 1 never moves an address, so its stride may be anything: it is replaced by the
+/// row's bytes rounded up to 16 (TMA needs a multiple of 16 even there). `None` if a moving
+/// stride is not a multiple of 16 bytes or is too large.
+pub(crate) fn tma_strides(l: &Layout, elem_bytes: u64) -> Option<[u64; 3]> {
+    let dims = [(l.seqlen, l.seq_stride), (l.heads, l.head_stride), (l.batch, l.batch_stride)];
+    let row = (l.head_dim as u64 * elem_bytes).next_multiple_of(TMA_STRIDE_ALIGN).max(TMA_STRIDE_ALIGN);
+    let mut out = [0u64; 3];
+    for (o, (extent, stride)) in out.iter_mut().zip(dims) {
+        let bytes = stride as u64 * elem_bytes;
+        *o = if extent <= 1 { row } else { bytes };
+        if *o % TMA_STRIDE_ALIGN != 0 || *o == 0 || *o >= TMA_MAX_STRIDE {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// Encodes one tensor map: `layout` at `address`, boxes of 64 columns × `rows`.
+fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys::CUtensorMap> {
+    let data_type = match dtype {
+        DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        _ => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
+    // The planner checked the strides; a failure here is a bug, reported as a driver error.
+    let strides = tma_strides(layout, 2).unwrap_or([0; 3]);
+    let dims = [layout.head_dim as u64, layout.seqlen as u64, layout.heads as u64, layout.batch as u64];
+    let boxes = [WGMMA_PANEL, rows, 1, 1];
+    let element_strides = [1u32; 4];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every pointer refers to a live local array of the length the rank (4) implies;
+    // the map is written by the driver, no device memory is touched.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type,
+            4,
+            address as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(|source| Error::Driver { context: "encoding a TMA tensor map", source })?;
+    Ok(map)
+}
+
+impl Device {
+    /// Runs a planned `Method::FlashHopper` call: encodes the three maps, copies them to the
+    /// device (one small allocation, freed in stream order after the kernel) and launches.
+    pub(crate) fn run_wgmma(&self, dtype: DType, problem: &Problem, io: Io, plan: &Plan) -> Result<()> {
+        let Some(launch) = plan.main_launch() else { return Ok(()) };
+        let index = match launch.kernel.map(|k| k.info().family) {
+            Some(Family::FlashWgmma(_, i)) => i,
+            _ => return Ok(()),
+        };
+        let config = WGMMA_CONFIGS[index];
+        let maps = [
+            encode(dtype, io.q, problem.q(), config.block_m)?,
+            encode(dtype, io.k, problem.k(), config.block_n)?,
+            encode(dtype, io.v, problem.v(), config.block_n)?,
+        ];
+        let words: Vec<u32> =
+            maps.iter().flat_map(|m| m.opaque.iter().flat_map(|w| [*w as u32, (*w >> 32) as u32])).collect();
+        debug_assert_eq!(4 * words.len() as u64, 3 * TENSOR_MAP_BYTES);
+        // Device allocations are 256-byte aligned: each 128-byte map lands 64-byte aligned.
+        let maps_buf = self.upload_u32(&words)?;
+        let params = WgmmaParams {
+            attn: attn_params(problem, io, None, config.block_n),
+            maps: maps_buf.device_address(),
+        };
+        // SAFETY: the parameters describe validated layouts whose buffers hold every element
+        // the maps address; the maps buffer is freed in stream order, after the kernel.
+        unsafe { self.launch_plan(plan, &params) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(batch: usize, seqlen: usize, heads: usize, d: usize) -> Layout {
+        Layout::bshd(batch, seqlen, heads, d)
+    }
+
+    #[test]
+    fn strides_of_size_one_dimensions_do_not_matter() {
+        let l = layout(1, 1, 4, 64);
+        assert_eq!(tma_strides(&l, 2), Some([128, 128, 128]));
+        let l = layout(2, 100, 4, 64);
+        assert_eq!(tma_strides(&l, 2), Some([512, 128, 51200]));
+    }
+
+    #[test]
+    fn strides_must_be_16_byte_multiples() {
+        let mut l = layout(2, 100, 4, 64);
+        l.seq_stride = 260; // 520 bytes
+        assert_eq!(tma_strides(&l, 2), None);
+    }
+}

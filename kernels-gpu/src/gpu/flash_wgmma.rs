@@ -1,0 +1,394 @@
+//! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warp.
+//!
+//! A block owns `BM = 64·C` query rows of one (sequence, head): `C` consumer warpgroups of 64
+//! rows each, and one producer warp after them. The producer's first lane loads Q once and then
+//! streams the K and V tiles (`BN` keys each) through a ring of `NS` stages with TMA
+//! (`cp.async.bulk.tensor`, 128-byte swizzled panels of 64 columns); each load completes a
+//! *full* barrier with its bytes. A consumer warpgroup, per key tile:
+//! 1. waits for `K_j`, computes `S = Q·K_jᵀ` with `wgmma` (both operands in shared memory),
+//!    then releases the K stage (one arrival on its *empty* barrier per warpgroup);
+//! 2. masks the tile where it crosses the diagonal or the end of the keys, and runs the online
+//!    softmax on the accumulators in registers (the recurrence shared with the CPU,
+//!    [`OnlineSoftmax`]; the accumulator layout is `mma.sync`'s, see [`wgmma`]);
+//! 3. waits for `V_j`, computes `O += P·V_j` with P from registers (the scores' accumulators
+//!    repacked, no shared-memory round trip) and V by descriptor (N-major), then releases the
+//!    V stage.
+//!
+//! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
+//! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
+//! partial tiles and padded head dims need no predication on the loads.
+
+use super::arch::global;
+use super::arch::mma::{Bf16, F16};
+use super::arch::shared;
+use super::arch::shuffle;
+use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
+use super::arch::tma;
+use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
+use super::sequence::SeqView;
+use crate::config::{WGMMA_PANEL, WgmmaConfig};
+use crate::mask;
+use crate::math::{exp2, fma};
+use crate::params::{TENSOR_MAP_BYTES, WgmmaParams};
+use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
+
+/// Where everything is in the block's shared memory (offsets from a 1024-byte aligned base).
+struct Smem<const D: usize, const BM: usize, const BN: usize, const NS: usize>;
+
+impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, BM, BN, NS> {
+    const Q: u32 = 0;
+    const K: u32 = (2 * BM * D) as u32;
+    const V: u32 = Self::K + (NS * 2 * BN * D) as u32;
+    const BARS: u32 = Self::V + (NS * 2 * BN * D) as u32;
+
+    /// The aligned base.
+    #[inline(always)]
+    fn base() -> u32 {
+        (shared::base() + 1023) & !1023
+    }
+    /// Stage `s` of the K ring.
+    #[inline(always)]
+    fn k(base: u32, s: u32) -> u32 {
+        base + Self::K + s * (2 * BN * D) as u32
+    }
+    /// Stage `s` of the V ring.
+    #[inline(always)]
+    fn v(base: u32, s: u32) -> u32 {
+        base + Self::V + s * (2 * BN * D) as u32
+    }
+    /// Barriers: Q full; then per stage K full, V full, K empty, V empty.
+    #[inline(always)]
+    fn q_full(base: u32) -> u32 {
+        base + Self::BARS
+    }
+    #[inline(always)]
+    fn k_full(base: u32, s: u32) -> u32 {
+        base + Self::BARS + 8 * (1 + s)
+    }
+    #[inline(always)]
+    fn v_full(base: u32, s: u32) -> u32 {
+        base + Self::BARS + 8 * (1 + NS as u32 + s)
+    }
+    #[inline(always)]
+    fn k_empty(base: u32, s: u32) -> u32 {
+        base + Self::BARS + 8 * (1 + 2 * NS as u32 + s)
+    }
+    #[inline(always)]
+    fn v_empty(base: u32, s: u32) -> u32 {
+        base + Self::BARS + 8 * (1 + 3 * NS as u32 + s)
+    }
+}
+
+/// The key tiles of a query tile: `[first, end)` of `BN`-key tiles.
+#[inline(always)]
+fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
+    let a = &p.attn;
+    let row_end = (m0 + bm).min(seq.len_q);
+    let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, a.causal != 0);
+    (0, n_end.div_ceil(bn))
+}
+
+/// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
+/// consumer warpgroup), `BN` keys per tile (128), `NS` stages, `C = BM / 64` consumers, `DP =
+/// D / 64` panels.
+///
+/// # Safety
+/// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
+/// [`WgmmaParams`] says with boxes of 64 columns × `BM` (Q) or `BN` (K, V) rows; launch with
+/// `128·C + 32` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory.
+#[inline(always)]
+unsafe fn flash_fwd_wgmma<
+    E: WgmmaElement,
+    const D: usize,
+    const BM: usize,
+    const BN: usize,
+    const NS: usize,
+    const C: usize,
+    const DP: usize,
+>(
+    p: &WgmmaParams,
+) {
+    const {
+        assert!(BN == 128 && D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
+    };
+    type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;
+    let a = &p.attn;
+    let tid = thread_x();
+    let (h, z) = (block_y(), block_z());
+    let causal = a.causal != 0;
+    let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
+    // SAFETY: offsets valid for every z of the grid (host).
+    let seq = unsafe { SeqView::of(a, z) };
+    let m0 = m_block * BM as u32;
+    if m0 >= seq.len_q {
+        return;
+    }
+    let kv_h = h / a.group.max(1);
+    let base = S::<D, BM, BN, NS>::base();
+    let (j_begin, j_end) = key_tiles(p, &seq, m0, BM as u32, BN as u32);
+
+    if tid == 0 {
+        // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
+        unsafe {
+            tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
+            for s in 0..NS as u32 {
+                tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
+                tma::init(S::<D, BM, BN, NS>::v_full(base, s), 1);
+                tma::init(S::<D, BM, BN, NS>::k_empty(base, s), C as u32);
+                tma::init(S::<D, BM, BN, NS>::v_empty(base, s), C as u32);
+            }
+        }
+        tma::fence_init();
+    }
+    sync_threads();
+
+    let producer = tid >= (128 * C) as u32;
+    if producer {
+        if tid != (128 * C) as u32 {
+            return;
+        }
+        let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
+        let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
+        let tile_bytes = |rows: usize| (2 * rows * D) as u32;
+        // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
+        // its tile; each barrier expects exactly the bytes of the loads completing on it.
+        unsafe {
+            tma::prefetch_map(q_map);
+            tma::prefetch_map(k_map);
+            tma::prefetch_map(v_map);
+            let q_full = S::<D, BM, BN, NS>::q_full(base);
+            tma::arrive_expect_tx(q_full, tile_bytes(BM));
+            for panel in 0..DP {
+                let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
+                tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
+            }
+            for (i, j) in (j_begin..j_end).enumerate() {
+                let (s, round) = ((i % NS) as u32, (i / NS) as u32);
+                let row = k_row + (j * BN as u32) as i32;
+                for (map, full, empty, tile) in [
+                    (
+                        k_map,
+                        S::<D, BM, BN, NS>::k_full(base, s),
+                        S::<D, BM, BN, NS>::k_empty(base, s),
+                        S::<D, BM, BN, NS>::k(base, s),
+                    ),
+                    (
+                        v_map,
+                        S::<D, BM, BN, NS>::v_full(base, s),
+                        S::<D, BM, BN, NS>::v_empty(base, s),
+                        S::<D, BM, BN, NS>::v(base, s),
+                    ),
+                ] {
+                    if round > 0 {
+                        // The consumers released this stage's previous tile.
+                        tma::wait(empty, (round - 1) & 1);
+                    }
+                    tma::arrive_expect_tx(full, tile_bytes(BN));
+                    for panel in 0..DP {
+                        let dst = tile + (panel * BN * 128) as u32;
+                        tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    // A consumer warpgroup: rows `64·wg ..` of the block; each warp 16 of them.
+    let wg = tid / 128;
+    let lane = tid % 32;
+    let warp_in_wg = (tid / 32) % 4;
+    let (g, t4) = (lane / 4, lane % 4);
+    let leader = tid % 128 == 0;
+    let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
+    let max_fused = FUSED_LIMIT / a.scale_log2;
+    let mut o = [[0.0f32; 32]; DP];
+    let mut state = [OnlineSoftmax::new(); 2];
+    let q_panel_bytes = (BM * 128) as u32;
+    let kv_panel_bytes = (BN * 128) as u32;
+    // SAFETY: the barrier is initialised; TMA completes it.
+    unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), 0) };
+    let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
+
+    for (i, j) in (j_begin..j_end).enumerate() {
+        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+        let n0 = j * BN as u32;
+        let k_tile = S::<D, BM, BN, NS>::k(base, s);
+        let v_tile = S::<D, BM, BN, NS>::v(base, s);
+
+        // S = Q·K_jᵀ: D/16 steps of k16, 32 bytes apart inside a panel.
+        let mut sc = [0.0f32; 64];
+        // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
+        unsafe {
+            tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
+            wgmma::fence();
+            for kk in 0..D / 16 {
+                let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
+                let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                E::ss_n128(&mut sc, qd, kd, (kk > 0) as u32);
+            }
+            wgmma::commit();
+            wgmma::wait::<0>();
+        }
+        wgmma::settle(&mut sc);
+        if leader {
+            // SAFETY: an initialised barrier; this warpgroup's products have read the K stage.
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, s)) };
+        }
+
+        // Mask the tiles that cross the diagonal or the end of the keys.
+        let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
+        if n0 + BN as u32 > free_end {
+            for half in 0..2 {
+                let row = row_base + 8 * half as u32;
+                let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                for nt in 0..BN / 8 {
+                    for e in 0..2 {
+                        if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                            sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+
+        // The online softmax, as in the `mma.sync` kernel: rows g (elements 0, 1 of each 8-column
+        // block) and g + 8 (elements 2, 3).
+        let mut alphas = [1.0f32; 2];
+        for half in 0..2 {
+            let mut m = f32::NEG_INFINITY;
+            for nt in 0..BN / 8 {
+                m = m.max(sc[4 * nt + 2 * half]).max(sc[4 * nt + 2 * half + 1]);
+            }
+            alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
+        }
+        if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
+            for op in o.iter_mut() {
+                for dt in 0..8 {
+                    op[4 * dt] *= alphas[0];
+                    op[4 * dt + 1] *= alphas[0];
+                    op[4 * dt + 2] *= alphas[1];
+                    op[4 * dt + 3] *= alphas[1];
+                }
+            }
+        }
+        let largest = state[0].max.abs().max(state[1].max.abs());
+        let fused = shuffle::all(largest < max_fused);
+        if !fused {
+            for (k, x) in sc.iter_mut().enumerate() {
+                let m = state[(k % 4) / 2].max;
+                *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+            }
+        }
+        for half in 0..2 {
+            let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
+            let mut sum = 0.0;
+            for nt in 0..BN / 8 {
+                for e in 0..2 {
+                    let x = exp2(fma(sc[4 * nt + 2 * half + e], a.scale_log2, offset));
+                    sc[4 * nt + 2 * half + e] = x;
+                    sum += x;
+                }
+            }
+            state[half].add(sum);
+        }
+
+        // O += P·V_j: P as A fragments (16 keys each), V's panels as N-major B operands.
+        // (BN = 128: 8 steps of 16 keys.)
+        let mut pf = [[0u32; 4]; 8];
+        for (ks, pk) in pf.iter_mut().enumerate() {
+            let lo = [sc[8 * ks], sc[8 * ks + 1], sc[8 * ks + 2], sc[8 * ks + 3]];
+            let hi = [sc[8 * ks + 4], sc[8 * ks + 5], sc[8 * ks + 6], sc[8 * ks + 7]];
+            *pk = E::acc_to_a(&lo, &hi);
+        }
+        // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+        unsafe {
+            tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+            wgmma::fence();
+            for (ks, pk) in pf.iter().enumerate() {
+                for (panel, op) in o.iter_mut().enumerate() {
+                    let vd = descriptor(
+                        v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
+                        kv_panel_bytes,
+                        SWIZZLE_ATOM_BYTES,
+                    );
+                    E::rs_n64(op, pk, vd);
+                }
+            }
+            wgmma::commit();
+            wgmma::wait::<0>();
+        }
+        for op in o.iter_mut() {
+            wgmma::settle(op);
+        }
+        if leader {
+            // SAFETY: as above, for the V stage.
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
+        }
+    }
+
+    // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
+    let d = a.head_dim;
+    for half in 0..2 {
+        let mut st = state[half];
+        st.sum = shuffle::sum4(st.sum);
+        let res = st.finish(a.scale_log2);
+        let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
+        if row >= seq.len_q {
+            continue;
+        }
+        if t4 == 0 && a.lse != 0 {
+            let idx = seq.lse_index(a, h, row);
+            // SAFETY: inside the log-sum-exp output (host sizing).
+            unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
+        }
+        let row_addr = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+        for (panel, op) in o.iter().enumerate() {
+            for dt in 0..8 {
+                let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
+                if col < d {
+                    let packed =
+                        E::pack(op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum);
+                    // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
+                    // O, 4-byte aligned.
+                    unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
+                }
+            }
+        }
+    }
+}
+
+/// One exported entry per instance of [`crate::for_each_wgmma_instance!`] and element type.
+macro_rules! wgmma_entries {
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal))*) => {
+        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s);
+           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s); )*
+    };
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal) => {
+        const _: () = {
+            /// Hopper flash-attention forward kernel (see the module docs).
+            ///
+            /// # Safety
+            /// See [`flash_fwd_wgmma`].
+            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s))]
+            pub unsafe extern "ptx-kernel" fn entry(p: WgmmaParams) {
+                const C: WgmmaConfig = WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    flash_fwd_wgmma::<
+                        $elem,
+                        { C.head_dim as usize },
+                        { C.block_m as usize },
+                        { C.block_n as usize },
+                        { C.stages as usize },
+                        { C.consumers() as usize },
+                        { (C.head_dim / WGMMA_PANEL) as usize },
+                    >(&p)
+                }
+            }
+        };
+    };
+}
+
+crate::for_each_wgmma_instance!(wgmma_entries);

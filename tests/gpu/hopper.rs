@@ -1,0 +1,118 @@
+//! The Hopper kernel (`Method::FlashHopper`: TMA, `wgmma`) against the f64 oracle: its edge
+//! shapes and the CPU suite's random strategy, restricted to what it runs (fixed-length
+//! batches, head dims that are multiples of 8 up to 128, 16-byte rows, no window). On a device
+//! without sm_90 the tests check that the planner refuses the method instead.
+
+use flashattn::{AttentionOptions, Device, Error, InvalidInput, Method, Reason, bf16, f16};
+use flashattn::{Element, Problem};
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::{Case, LayoutKind, Sequences, Values};
+use proptest::test_runner::TestCaseError;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::GpuTest;
+use crate::attention::{batch, case_rng, edge_specs, run_and_check, seeded_runner, small, spec};
+
+pub const TESTS: &[(&str, GpuTest)] = &[
+    ("hopper::shapes_f16", shapes::<f16>),
+    ("hopper::shapes_bf16", shapes::<bf16>),
+    ("hopper::random_f16", random::<f16>),
+    ("hopper::random_bf16", random::<bf16>),
+];
+
+/// Whether this device runs the Hopper kernel; if not, checks that the planner says so.
+fn on_hopper(dev: &Device) -> Result<bool, String> {
+    if dev.props().compute_capability == (9, 0) {
+        return Ok(true);
+    }
+    let p = Problem::new(
+        flashattn::Layout::bshd(1, 128, 1, 64),
+        flashattn::Layout::bshd(1, 128, 1, 64),
+        flashattn::Layout::bshd(1, 128, 1, 64),
+        flashattn::Layout::bshd(1, 128, 1, 64),
+        [8192; 4],
+        &AttentionOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let opts = AttentionOptions { method: Method::FlashHopper, ..Default::default() };
+    match dev.plan::<bf16>(&p, &opts) {
+        Err(Error::InvalidInput(InvalidInput::Unsupported { reason: Reason::Target { .. }, .. })) => {
+            Ok(false)
+        }
+        other => Err(format!("a device without sm_90 planned the Hopper kernel: {other:?}")),
+    }
+}
+
+/// Head dims of the Hopper instances and padded ones below them.
+const DIMS: [usize; 8] = [64, 128, 8, 32, 40, 96, 104, 120];
+
+/// Edge shapes (the tensor-core kernel's, without the variable-length ones): lengths that are
+/// not multiples of the 128-row tiles, Nq ≠ Nk both ways with causal masks, decode, GQA and
+/// MQA, both memory orders and 16-byte gaps, large logits; then longer sequences.
+fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let mut specs = Vec::new();
+    for d in DIMS {
+        let layouts = if d % 16 == 0 { (Bshd, Bhsd) } else { (Aligned, Bhsd) };
+        specs.extend(
+            edge_specs(d, layouts).into_iter().filter(|s| matches!(s.sequences, Sequences::Batch { .. })),
+        );
+        for causal in [false, true] {
+            specs.push(spec(batch(1, 1025, 1025), 2, 1, d, causal, Bhsd));
+            if !small() && d % 64 == 0 {
+                specs.push(spec(batch(1, 700, 1500), 4, 2, d, causal, Bshd));
+            }
+        }
+    }
+    let mut s = spec(batch(1, 700, 700), 2, 2, 128, false, Bshd);
+    s.values = Values::LargeLogits;
+    specs.push(s);
+    for s in &specs {
+        let case = Case::<T>::random(&mut case_rng(), s);
+        if !run_and_check(dev, &case, Method::FlashHopper)? {
+            return Err(format!("the Hopper kernel refused a case it should run:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// The CPU suite's random strategy through the Hopper kernel, each drawn spec moved into what
+/// it runs (fixed length, head dim a multiple of 8 up to 128, 16-byte rows, no window or
+/// score modifier); at least some cases must run.
+fn random<T: Element>(dev: &Device) -> Result<(), String> {
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let strategy = (spec_with(DEFAULT_MAX_WORK / 4), proptest::num::u64::ANY);
+    let mut runner = seeded_runner(40 + T::DTYPE as u64);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, input_seed)| {
+        if let Sequences::VarLen { .. } = spec.sequences {
+            return Ok(());
+        }
+        spec.head_dim = spec.head_dim.div_ceil(8).min(16) * 8;
+        spec.window = flashattn::Window::default();
+        spec.softcap = None;
+        spec.alibi_slopes = None;
+        spec.cache_seqlens = None;
+        spec.splits = None;
+        spec.tiles = Default::default();
+        if !matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd) {
+            spec.layout = LayoutKind::Aligned;
+        }
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run_and_check(dev, &case, Method::FlashHopper).map_err(TestCaseError::fail)? {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} flash-hopper: {e}", T::DTYPE))?;
+    if ran.into_inner() == 0 {
+        return Err("the Hopper kernel ran none of the cases".into());
+    }
+    Ok(())
+}
