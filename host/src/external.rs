@@ -30,6 +30,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+/// The driver's stream handle, as the GPU entry points take it (null: the legacy default
+/// stream).
+pub use cudarc::driver::sys::CUstream;
 use cudarc::driver::{CudaStream, sys};
 use half::{bf16, f16};
 
