@@ -6,7 +6,7 @@ gradients through ``torch.autograd.Function`` with the library's backward. Every
 import torch
 
 from . import _core
-from .interface import alibi_rows, check_max_seqlen, softcap_option, window
+from .interface import alibi_rows, check_max_seqlen, lse_shape, softcap_option, window
 
 
 def _stream(x):
@@ -50,14 +50,8 @@ class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic):
         q, k, v = (_maybe_contiguous(x.detach()) for x in (q, k, v))
-        if varlen is None:
-            b, s, h, _ = q.shape
-            lse_shape = (b, h, s)
-        else:
-            total, h, _ = q.shape
-            lse_shape = (h, total)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        lse = torch.empty(lse_shape(q, varlen is not None), dtype=torch.float32, device=q.device)
         options = dict(
             softmax_scale=softmax_scale,
             causal=causal,
@@ -104,11 +98,11 @@ def with_kvcache(
     softcap, alibi_slopes, num_splits, return_softmax_lse,
 ):
     q, k, v = (None if x is None else _maybe_contiguous(x.detach()) for x in (q, k, v))
-    b, s, h, _ = q.shape
+    shape = lse_shape(q, False)
     if isinstance(cache_seqlens, int):
-        cache_seqlens = [cache_seqlens] * b
+        cache_seqlens = [cache_seqlens] * shape[0]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    lse = torch.empty(shape, dtype=torch.float32, device=q.device)
     _core.forward(
         q, k_cache.detach(), v_cache.detach(), out, lse,
         softmax_scale=softmax_scale, causal=causal, **window(window_size),

@@ -80,7 +80,27 @@ def alibi_rows(slopes, shape):
     return slopes
 
 
+def lse_shape(q, packed):
+    """The log-sum-exp's shape: ``(batch, nheads, seqlen_q)``, or ``(nheads, total_q)`` packed."""
+    shape = tuple(getattr(q, "shape", ()))
+    if packed and len(shape) == 3:
+        return (shape[1], shape[0])
+    if not packed and len(shape) == 4:
+        return (shape[0], shape[2], shape[1])
+    want = "3-D (total_q, nheads, headdim)" if packed else "4-D (batch, seqlen, nheads, headdim)"
+    raise ValueError(f"q must be {want}, got shape {shape}")
+
+
 # ---- Arrays that are not PyTorch tensors: NumPy, or any array library with __array_namespace__.
+
+
+def _check_arrays(*arrays):
+    for name, x in arrays:
+        if not hasattr(x, "__dlpack__"):
+            raise TypeError(
+                f"{name} ({type(x).__name__}) does not support DLPack: pass a PyTorch tensor or a "
+                "NumPy, CuPy or JAX array"
+            )
 
 
 def _empty(like, shape, lse=False):
@@ -155,8 +175,8 @@ def flash_attn_func(
             q, k, v, None, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
             return_attn_probs,
         )
-    b, s, h, _ = q.shape
-    out, lse = _empty(q, q.shape), _empty(q, (b, h, s), lse=True)
+    _check_arrays(("q", q), ("k", k), ("v", v))
+    out, lse = _empty(q, q.shape), _empty(q, lse_shape(q, False), lse=True)
     _core.forward(
         q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal, **window(window_size),
         softcap=softcap_option(softcap), alibi_slopes=_alibi_host(alibi_slopes),
@@ -208,8 +228,8 @@ def flash_attn_varlen_func(
     cu_q, cu_k = _host(cu_seqlens_q), _host(cu_seqlens_k)
     check_max_seqlen(cu_q, max_seqlen_q, "q")
     check_max_seqlen(cu_k, max_seqlen_k, "k")
-    total, h, _ = q.shape
-    out, lse = _empty(q, q.shape), _empty(q, (h, total), lse=True)
+    _check_arrays(("q", q), ("k", k), ("v", v))
+    out, lse = _empty(q, q.shape), _empty(q, lse_shape(q, True), lse=True)
     _core.forward(
         q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal, **window(window_size),
         softcap=softcap_option(softcap), alibi_slopes=_alibi_host(alibi_slopes),
@@ -283,12 +303,13 @@ def flash_attn_with_kvcache(
             q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal,
             window_size, softcap, alibi_slopes, num_splits, return_softmax_lse,
         )
-    b, s, h, _ = q.shape
+    _check_arrays(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
+    shape = lse_shape(q, False)
     if isinstance(cache_seqlens, int):
         import numpy as np
 
-        cache_seqlens = np.full((b,), cache_seqlens, dtype=np.int32)
-    out, lse = _empty(q, q.shape), _empty(q, (b, h, s), lse=True)
+        cache_seqlens = np.full((shape[0],), cache_seqlens, dtype=np.int32)
+    out, lse = _empty(q, q.shape), _empty(q, shape, lse=True)
     _core.forward(
         q, k_cache, v_cache, out, lse, softmax_scale=softmax_scale, causal=causal,
         **window(window_size), softcap=softcap_option(softcap),
