@@ -70,7 +70,9 @@ class FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
+        # (The saved output is the Function's own, which requires grad: DLPack exports detached
+        # tensors only.)
+        q, k, v, out, lse = (t.detach() for t in ctx.saved_tensors)
         dout = _maybe_contiguous(dout.detach())
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _core.backward(

@@ -301,3 +301,24 @@ def test_signatures_match_flash_attn(function):
     got = [(p.name, None if p.default is inspect.Parameter.empty else p.default) for p in params]
     assert got == SIGNATURES[function]
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+
+
+class Legacy:
+    """A producer from before DLPack 1.0: no ``max_version``, unversioned ``dltensor`` capsules."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+
+def test_legacy_capsules():
+    q, k, v = randn(1, 11, 2, 8), randn(1, 11, 2, 8), randn(1, 11, 2, 8)
+    want = flash_attn_func(q, k, v, causal=True)
+    out = np.empty_like(q)
+    flashattn.attention_forward(Legacy(q), Legacy(k), Legacy(v), Legacy(out), causal=True)
+    assert np.array_equal(out, want)
