@@ -3,6 +3,8 @@ gradients through ``torch.autograd.Function`` with the library's backward. Every
 (checks of devices, dtypes, shapes, strides; which features run where) is the core's.
 """
 
+import contextlib
+
 import torch
 
 from . import _core
@@ -12,6 +14,12 @@ from .interface import alibi_rows, check_max_seqlen, lse_shape, softcap_option, 
 def _stream(x):
     """PyTorch's current stream on ``x``'s device, as the handle the core queues work on."""
     return torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+
+
+def _on_device(x):
+    """PyTorch's current device set to ``x``'s for the call, so that DLPack's stream handshake
+    (``__dlpack__(stream=...)``) compares with the current stream of the right device."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def _maybe_contiguous(x):
@@ -61,7 +69,8 @@ class FlashAttnFunc(torch.autograd.Function):
             cu_seqlens_q=None if varlen is None else varlen[0],
             cu_seqlens_k=None if varlen is None else varlen[1],
         )
-        _core.forward(q, k, v, out, lse, stream=_stream(q), **options)
+        with _on_device(q):
+            _core.forward(q, k, v, out, lse, stream=_stream(q), **options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         ctx.deterministic = deterministic
@@ -75,10 +84,11 @@ class FlashAttnFunc(torch.autograd.Function):
         q, k, v, out, lse = (t.detach() for t in ctx.saved_tensors)
         dout = _maybe_contiguous(dout.detach())
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _core.backward(
-            q, k, v, out, lse, dout, dq, dk, dv, deterministic=ctx.deterministic, stream=_stream(q),
-            **ctx.options,
-        )
+        with _on_device(q):
+            _core.backward(
+                q, k, v, out, lse, dout, dq, dk, dv, deterministic=ctx.deterministic,
+                stream=_stream(q), **ctx.options,
+            )
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
@@ -105,12 +115,13 @@ def with_kvcache(
         cache_seqlens = [cache_seqlens] * shape[0]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(shape, dtype=torch.float32, device=q.device)
-    _core.forward(
-        q, k_cache.detach(), v_cache.detach(), out, lse,
-        softmax_scale=softmax_scale, causal=causal, **window(window_size),
-        softcap=softcap_option(softcap), alibi_slopes=_alibi(alibi_slopes),
-        cache_seqlens=None if cache_seqlens is None else _host(cache_seqlens, "cache_seqlens"),
-        block_table=None if block_table is None else _host(block_table, "block_table"),
-        k_new=k, v_new=v, num_splits=num_splits, stream=_stream(q),
-    )
+    with _on_device(q):
+        _core.forward(
+            q, k_cache.detach(), v_cache.detach(), out, lse,
+            softmax_scale=softmax_scale, causal=causal, **window(window_size),
+            softcap=softcap_option(softcap), alibi_slopes=_alibi(alibi_slopes),
+            cache_seqlens=None if cache_seqlens is None else _host(cache_seqlens, "cache_seqlens"),
+            block_table=None if block_table is None else _host(block_table, "block_table"),
+            k_new=k, v_new=v, num_splits=num_splits, stream=_stream(q),
+        )
     return (out, lse) if return_softmax_lse else out
