@@ -304,12 +304,24 @@ fn backward_problem(t: &BackwardTensors, opts: &AttentionOptions) -> Result<Prob
 struct RestoreContext(sys::CUcontext);
 
 impl RestoreContext {
-    fn save() -> Result<RestoreContext> {
+    /// The calling thread's current context (none when the driver is missing or not yet
+    /// initialised).
+    fn save() -> RestoreContext {
         let mut ctx = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        unsafe { sys::cuCtxGetCurrent(&mut ctx) }.result().context("reading the current context")?;
-        Ok(RestoreContext(ctx))
+        // SAFETY: only probes whether the shared library can be loaded; then a valid out-pointer.
+        let ok = unsafe {
+            sys::is_culib_present() && sys::cuCtxGetCurrent(&mut ctx) == sys::CUresult::CUDA_SUCCESS
+        };
+        RestoreContext(if ok { ctx } else { std::ptr::null_mut() })
     }
+}
+
+/// [`Device::new`] for a thread that a framework also drives (PyTorch's): the thread's current
+/// CUDA context is the same on return as before (`Device::new` makes the device's primary
+/// context current, which would change the CUDA runtime's current device).
+pub fn open_device(ordinal: usize) -> Result<Device> {
+    let _restore = RestoreContext::save();
+    Device::new(ordinal)
 }
 
 impl Drop for RestoreContext {
@@ -395,7 +407,7 @@ impl Device {
             return Ok(plan);
         }
         let extents = forward_extents(dtype, tensors, true)?;
-        let _restore = RestoreContext::save()?;
+        let _restore = RestoreContext::save();
         // SAFETY: the caller's contract on `stream`.
         let stream = unsafe { self.external_stream(stream, &extents) }?;
         let io = crate::attention::Io {
@@ -430,7 +442,7 @@ impl Device {
             return Ok(plan);
         }
         let extents = backward_extents(dtype, tensors, true)?;
-        let _restore = RestoreContext::save()?;
+        let _restore = RestoreContext::save();
         // SAFETY: the caller's contract on `stream`.
         let stream = unsafe { self.external_stream(stream, &extents) }?;
         let t = tensors;

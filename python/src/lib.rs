@@ -42,7 +42,7 @@ fn device(ordinal: usize) -> PyResult<Arc<Device>> {
     if let Some(d) = devices.get(&ordinal) {
         return Ok(d.clone());
     }
-    let d = Arc::new(Device::new(ordinal).map_err(to_py)?);
+    let d = Arc::new(external::open_device(ordinal).map_err(to_py)?);
     devices.insert(ordinal, d.clone());
     Ok(d)
 }
