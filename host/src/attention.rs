@@ -1,5 +1,8 @@
 //! The GPU entry point: [`Device::attention`], its tensors, and the launch plan it returns.
 
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 use flashattn_kernels::params::AttnParams;
 
 use crate::buffer::{DeviceBuffer, Element};
@@ -90,19 +93,27 @@ impl Device {
         }
         match plan.method {
             Method::Standard => crate::standard::run(self, T::DTYPE, &problem, io, &plan)?,
-            Method::FlashHopper => self.run_wgmma(T::DTYPE, &problem, io, &plan)?,
-            _ => self.run_flash(&problem, io, &plan)?,
+            Method::FlashHopper => self.run_wgmma(self.stream(), T::DTYPE, &problem, io, &plan)?,
+            _ => self.run_flash(self.stream(), &problem, io, &plan)?,
         }
         Ok(plan)
     }
 
-    fn run_flash(&self, problem: &Problem, io: Io, plan: &Plan) -> Result<()> {
+    /// Queues a flash plan's kernels on `stream` (the device's own, or a caller's), with the
+    /// offsets and split-KV scratch they need allocated in that stream's order.
+    pub(crate) fn run_flash(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &Problem,
+        io: Io,
+        plan: &Plan,
+    ) -> Result<()> {
         // The plan may have packed the query heads of each K/V group into rows: the kernels
         // then see that problem (the same memory, re-addressed).
         let packed = if plan.gqa_packed { problem.gqa_packed() } else { None };
         let problem = packed.as_ref().unwrap_or(problem);
         let offsets = match problem.varlen() {
-            Some(vl) => Some(self.upload_offsets(vl)?),
+            Some(vl) => Some(self.upload_offsets(stream, vl)?),
             None => None,
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
@@ -112,13 +123,13 @@ impl Device {
             // SAFETY: `params` is the forward kernel's parameter struct, built from validated
             // layouts whose buffers hold every addressed element; the offset buffers are freed in
             // stream order, after the kernel.
-            return unsafe { self.launch_plan(plan, &params) };
+            return unsafe { self.launch_plan(stream, plan, &params) };
         }
         // Split-KV: the partial outputs and log-sum-exps, in the device's kept scratch.
         let rows = problem.lse_len() as u64;
         let bytes = crate::plan::partial_bytes(problem, plan.splits);
         let what = || format!("split-KV partial results ({} splits × {rows} rows)", plan.splits);
-        self.with_split_scratch(bytes, plan.scratch_bytes, what, |address| {
+        self.with_split_scratch(stream, bytes, plan.scratch_bytes, what, |address| {
             params.splits = plan.splits as u32;
             params.partial_rows = rows;
             // Outputs first: their rows (head dims of whole 16-byte chunks) stay 16-byte aligned.
@@ -127,15 +138,20 @@ impl Device {
             // SAFETY: as above, for the forward kernel and the combine, with partial buffers of
             // at least `bytes` (sized for `plan.splits`), which no other call's kernels use until
             // these have run (one stream; the scratch is locked while they are queued).
-            unsafe { self.launch_plan(plan, &params) }
+            unsafe { self.launch_plan(stream, plan, &params) }
         })
     }
 
-    /// Launches every kernel of `plan`, in order, each with `params`.
+    /// Launches every kernel of `plan` on `stream`, in order, each with `params`.
     ///
     /// # Safety
-    /// As [`Device::launch`], for every kernel of the plan.
-    pub(crate) unsafe fn launch_plan<P: Copy>(&self, plan: &Plan, params: &P) -> Result<()> {
+    /// As [`Device::launch_on`], for every kernel of the plan.
+    pub(crate) unsafe fn launch_plan<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        plan: &Plan,
+        params: &P,
+    ) -> Result<()> {
         for launch in &plan.launches {
             let Some(kernel) = launch.kernel else { continue };
             let shape = LaunchShape {
@@ -144,14 +160,18 @@ impl Device {
                 shared_bytes: launch.shared_bytes,
             };
             // SAFETY: the caller's contract.
-            unsafe { self.launch(kernel, shape, params) }?;
+            unsafe { self.launch_on(stream.cu_stream(), kernel, shape, params) }?;
         }
         Ok(())
     }
 
-    /// Copies variable-length offsets to the device.
-    pub(crate) fn upload_offsets(&self, vl: &VarLen) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
-        Ok((self.upload_u32(&vl.cu_seqlens_q)?, self.upload_u32(&vl.cu_seqlens_k)?))
+    /// Copies variable-length offsets to the device, in `stream`'s order.
+    pub(crate) fn upload_offsets(
+        &self,
+        stream: &Arc<CudaStream>,
+        vl: &VarLen,
+    ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
+        Ok((self.upload_u32(stream, &vl.cu_seqlens_q)?, self.upload_u32(stream, &vl.cu_seqlens_k)?))
     }
 }
 

@@ -1,5 +1,8 @@
 //! The GPU backward pass: [`Device::attention_backward`].
 
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 use flashattn_kernels::params::BwdParams;
 
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, attn_params, strides};
@@ -7,7 +10,7 @@ use crate::buffer::{DeviceBuffer, Element};
 use crate::device::Device;
 use crate::error::Result;
 use crate::plan::Plan;
-use crate::problem::{AttentionOptions, Problem};
+use crate::problem::{AttentionOptions, Layout, Problem};
 
 /// The gradients a backward call writes, each laid out like its input (any strides that do not
 /// overlap).
@@ -79,55 +82,89 @@ impl Device {
         )?;
         let layouts = [("d_o", &d_o.layout), ("dq", &dq.layout), ("dk", &dk.layout), ("dv", &dv.layout)];
         let plan = crate::plan::plan_backward(self.props(), T::DTYPE, &problem, opts, layouts)?;
+        let io = BwdIo {
+            q: q.buf.device_address(),
+            k: k.buf.device_address(),
+            v: v.buf.device_address(),
+            lse: lse.device_address(),
+            d_o: (d_o.buf.device_address(), d_o.layout),
+            dq: (dq.buf.device_address(), dq.layout),
+            dk: (dk.buf.device_address(), dk.layout),
+            dv: (dv.buf.device_address(), dv.layout),
+        };
+        self.run_backward(self.stream(), &problem, &plan, &io, opts.deterministic)?;
+        Ok(plan)
+    }
+}
+
+/// Device addresses of one backward call's tensors, with the layouts of those not in the
+/// [`Problem`] (dO and the gradients).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BwdIo {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub lse: u64,
+    pub d_o: (u64, Layout),
+    pub dq: (u64, Layout),
+    pub dk: (u64, Layout),
+    pub dv: (u64, Layout),
+}
+
+impl Device {
+    /// Queues a validated backward plan's kernels on `stream` (the device's own, or a caller's),
+    /// with the offsets and scratch they need allocated and freed in that stream's order.
+    pub(crate) fn run_backward(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &Problem,
+        plan: &Plan,
+        io: &BwdIo,
+        deterministic: bool,
+    ) -> Result<()> {
         if plan.launches.is_empty() {
-            return Ok(plan);
+            return Ok(());
         }
         let offsets = match problem.varlen() {
-            Some(vl) => Some(self.upload_offsets(vl)?),
+            Some(vl) => Some(self.upload_offsets(stream, vl)?),
             None => None,
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         // The kernels read dO where the forward's parameters hold O.
-        let io = Io {
-            q: q.buf.device_address(),
-            k: k.buf.device_address(),
-            v: v.buf.device_address(),
-            o: d_o.buf.device_address(),
-            lse: lse.device_address(),
-        };
-        let mut attn = attn_params(&problem, io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
-        attn.o_strides = strides(&d_o.layout);
+        let attn_io = Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse };
+        let mut attn = attn_params(problem, attn_io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
+        attn.o_strides = strides(&io.d_o.1);
         let rows = problem.lse_len() as u64;
         attn.partial_rows = rows;
         let acc_bytes = 4 * rows * problem.head_dim() as u64;
-        let scratch_bytes = crate::plan::backward_scratch_bytes(&problem, opts.deterministic);
-        let scratch = self.alloc_scratch(scratch_bytes, plan.scratch_bytes, || {
+        let scratch_bytes = crate::plan::backward_scratch_bytes(problem, deterministic);
+        let scratch = self.alloc_scratch_on(stream, scratch_bytes, plan.scratch_bytes, || {
             format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")
         })?;
         let q_tiles = problem.max_lens().0.div_ceil(flashattn_kernels::params::BWD_BLOCK_M as usize) as u32;
         let params = BwdParams {
             attn,
-            dq: dq.buf.device_address(),
-            dk: dk.buf.device_address(),
-            dv: dv.buf.device_address(),
-            dq_strides: strides(&dq.layout),
-            dk_strides: strides(&dk.layout),
-            dv_strides: strides(&dv.layout),
+            dq: io.dq.0,
+            dk: io.dk.0,
+            dv: io.dv.0,
+            dq_strides: strides(&io.dq.1),
+            dk_strides: strides(&io.dk.1),
+            dv_strides: strides(&io.dv.1),
             // The accumulator first: its rows (d = 8k floats) stay 16-byte aligned.
             dq_acc: scratch.device_address(),
             stats: scratch.device_address() + acc_bytes,
             scale: problem.scale(),
             q_tiles,
             // After the accumulator and the three statistics arrays (4-byte aligned).
-            locks: if opts.deterministic { scratch.device_address() + acc_bytes + 12 * rows } else { 0 },
+            locks: if deterministic { scratch.device_address() + acc_bytes + 12 * rows } else { 0 },
         };
         // SAFETY: `params` is the backward kernels' parameter struct, built from validated
         // layouts whose buffers hold every addressed element, with scratch sized for the
         // problem's log-sum-exp rows. The scratch and offset buffers are freed in stream order,
         // after the kernels.
-        unsafe { self.launch_plan(&plan, &params) }?;
+        unsafe { self.launch_plan(stream, plan, &params) }?;
         drop(scratch);
         drop(offsets);
-        Ok(plan)
+        Ok(())
     }
 }

@@ -212,6 +212,23 @@ impl Device {
         &self.stream
     }
 
+    /// Wraps `cu_stream`, a stream its owner keeps (PyTorch's current stream, say), so that this
+    /// device's work can be queued on it ([`crate::external`]). Dropping the wrapper leaves the
+    /// stream alone.
+    ///
+    /// # Safety
+    /// `cu_stream` must be a stream of this device's primary context (or the null stream) that
+    /// outlives the wrapper and every allocation made on it.
+    pub(crate) unsafe fn borrow_stream(&self, cu_stream: sys::CUstream) -> Arc<CudaStream> {
+        // SAFETY: the caller's contract.
+        unsafe { self.ctx.wrap_borrowed_stream(cu_stream) }
+    }
+
+    /// The driver handle of this device's (primary) context.
+    pub(crate) fn cu_ctx(&self) -> sys::CUcontext {
+        self.ctx.cu_ctx()
+    }
+
     /// Makes this device's context current on the calling thread (needed before raw driver
     /// calls; the safe methods do it themselves).
     pub(crate) fn bind(&self) -> Result<()> {
@@ -276,14 +293,25 @@ impl Device {
         total: u64,
         what: impl FnOnce() -> String,
     ) -> Result<DeviceBuffer<u8>> {
+        self.alloc_scratch_on(&self.stream, bytes, total, what)
+    }
+
+    /// [`Device::alloc_scratch`] in `stream`'s order (allocated and freed there): this device's
+    /// own stream, or a caller's ([`crate::external`]).
+    pub(crate) fn alloc_scratch_on(
+        &self,
+        stream: &Arc<CudaStream>,
+        bytes: u64,
+        total: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<DeviceBuffer<u8>> {
         let oom = || DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         let len = usize::try_from(bytes.max(1)).map_err(|_| self.alloc_error(oom(), String::new(), total))?;
         if total > self.props.total_memory {
             return Err(self.alloc_error(oom(), what(), total));
         }
         // SAFETY: scratch bytes are written before they are read.
-        let slice =
-            unsafe { self.stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
+        let slice = unsafe { stream.alloc::<u8>(len) }.map_err(|e| self.alloc_error(e, what(), total))?;
         Ok(DeviceBuffer { slice, len })
     }
 
@@ -291,15 +319,20 @@ impl Device {
     /// [`SPLIT_SCRATCH_KEEP`] bytes, the buffer is kept for the next call (all work runs on the
     /// device's one stream, in order; the lock is held while `enqueue` queues the kernels that
     /// write and read it); larger ones are allocated for this call and freed in stream order.
+    ///
+    /// On another stream than the device's own (a caller's, [`crate::external`]) nothing is
+    /// kept: the buffer is allocated for the call in that stream's order, since work on two
+    /// streams is not ordered.
     pub(crate) fn with_split_scratch<R>(
         &self,
+        stream: &Arc<CudaStream>,
         bytes: u64,
         total: u64,
         what: impl FnOnce() -> String,
         enqueue: impl FnOnce(u64) -> Result<R>,
     ) -> Result<R> {
-        if bytes > SPLIT_SCRATCH_KEEP {
-            let buf = self.alloc_scratch(bytes, total, what)?;
+        if bytes > SPLIT_SCRATCH_KEEP || !Arc::ptr_eq(stream, &self.stream) {
+            let buf = self.alloc_scratch_on(stream, bytes, total, what)?;
             return enqueue(buf.device_address());
         }
         let mut kept = self.split_scratch.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -333,10 +366,9 @@ impl Device {
         self.blas.get().ok_or(Error::BlasMissing)
     }
 
-    /// Copies `u32` words (sequence offsets) into a new device buffer.
-    pub(crate) fn upload_u32(&self, host: &[u32]) -> Result<DeviceBuffer<u32>> {
-        let slice =
-            if host.is_empty() { self.stream.alloc_zeros::<u32>(1) } else { self.stream.clone_htod(host) };
+    /// Copies `u32` words (sequence offsets) into a new device buffer, in `stream`'s order.
+    pub(crate) fn upload_u32(&self, stream: &Arc<CudaStream>, host: &[u32]) -> Result<DeviceBuffer<u32>> {
+        let slice = if host.is_empty() { stream.alloc_zeros::<u32>(1) } else { stream.clone_htod(host) };
         let slice = slice.map_err(|e| {
             self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64)
         })?;
@@ -439,6 +471,22 @@ impl Device {
         shape: LaunchShape,
         params: &P,
     ) -> Result<()> {
+        // SAFETY: the caller's contract; the device's own stream.
+        unsafe { self.launch_on(self.stream.cu_stream(), kernel, shape, params) }
+    }
+
+    /// [`Device::launch`] on `stream`: this device's own, or a caller's ([`crate::external`]).
+    ///
+    /// # Safety
+    /// As [`Device::launch`], and `stream` must be a live stream of this device's primary
+    /// context.
+    pub(crate) unsafe fn launch_on<P: Copy>(
+        &self,
+        stream: sys::CUstream,
+        kernel: KernelId,
+        shape: LaunchShape,
+        params: &P,
+    ) -> Result<()> {
         self.bind()?;
         let Function(f, static_shared) = self.module()?.function(kernel)?;
         let name = kernel.name();
@@ -464,17 +512,8 @@ impl Device {
         let mut args = [params as *const P as *mut c_void];
         // SAFETY: the caller guarantees `params` matches the kernel; the pointer outlives the
         // call (the driver copies parameters at launch).
-        unsafe {
-            result::launch_kernel(
-                f,
-                shape.grid,
-                shape.block,
-                shape.shared_bytes,
-                self.stream.cu_stream(),
-                &mut args,
-            )
-        }
-        .map_err(|source| Error::Launch { kernel: name, source })
+        unsafe { result::launch_kernel(f, shape.grid, shape.block, shape.shared_bytes, stream, &mut args) }
+            .map_err(|source| Error::Launch { kernel: name, source })
     }
 }
 

@@ -401,6 +401,79 @@ pub enum InvalidInput {
         /// The limit.
         limit: usize,
     },
+    /// A tensor given by address ([`crate::external`]) is null but has elements.
+    #[error("{tensor}'s address is null, but its shape and strides address {needed} elements")]
+    NullAddress {
+        /// Which tensor.
+        tensor: &'static str,
+        /// Elements its layout addresses.
+        needed: usize,
+    },
+    /// A tensor given by address ([`crate::external`]) starts at an address the kernels cannot
+    /// read from with its layout.
+    #[error(
+        "{tensor}'s address {address:#x} is not a multiple of {align} bytes, which its dtype and \
+         layout need (rows whose head dim and strides are multiples of 8 elements are copied 16 \
+         bytes at a time): pass a tensor whose data starts at an aligned address, such as a copy"
+    )]
+    Misaligned {
+        /// Which tensor.
+        tensor: &'static str,
+        /// Its address.
+        address: u64,
+        /// The alignment it needs, in bytes.
+        align: u64,
+    },
+    /// An output given by address ([`crate::external`]) shares memory with another tensor of the
+    /// call (the safe API's borrows rule this out; raw addresses are checked by their extents).
+    #[error(
+        "{output}'s memory ({output} spans bytes {start:#x}..{end:#x}) overlaps {other}'s: every \
+         output needs memory of its own, apart from the inputs and the other outputs"
+    )]
+    OutputOverlap {
+        /// The output.
+        output: &'static str,
+        /// The tensor it overlaps.
+        other: &'static str,
+        /// The output's first byte.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+    },
+    /// A tensor given by device address ([`crate::external`]) is not memory of the device the
+    /// call runs on.
+    #[error(
+        "{tensor} is {}, but the call runs on CUDA device {device}: put every tensor on that \
+         device",
+        match found { Some(d) => format!("memory of CUDA device {d}"), None => "not CUDA device memory (a host pointer?)".to_string() }
+    )]
+    ForeignMemory {
+        /// Which tensor.
+        tensor: &'static str,
+        /// The device whose memory it is, if it is device memory.
+        found: Option<usize>,
+        /// The device of the call.
+        device: usize,
+    },
+    /// A caller's stream ([`crate::external`]) belongs to another context than the device's
+    /// primary context.
+    #[error(
+        "the stream given does not belong to CUDA device {device}'s primary context: pass a \
+         stream of the device the tensors are on (PyTorch's streams use the primary context)"
+    )]
+    ForeignStream {
+        /// The device of the call.
+        device: usize,
+    },
+    /// A method that cannot run on a caller's stream ([`crate::external`]).
+    #[error(
+        "method {method} runs cuBLAS on the Device's own stream and is not available on a \
+         caller's stream: use auto, flash or flash-tc"
+    )]
+    ExternalMethod {
+        /// The method asked for.
+        method: Method,
+    },
     /// The output's layout maps two different elements to the same address.
     #[error(
         "o's strides {strides:?} (batch, seq, head) with head dim {head_dim} make different output \

@@ -9,7 +9,9 @@
 //! to device memory with the call (a map passed by value as a kernel parameter is not aligned
 //! as TMA needs with this compiler).
 
-use cudarc::driver::sys;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, sys};
 use flashattn_kernels::config::{WGMMA_CONFIGS, WGMMA_PANEL};
 use flashattn_kernels::params::{TENSOR_MAP_BYTES, WgmmaParams};
 use flashattn_kernels::registry::Family;
@@ -81,7 +83,14 @@ fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys:
 impl Device {
     /// Runs a planned `Method::FlashHopper` call: encodes the three maps, copies them to the
     /// device (one small allocation, freed in stream order after the kernel) and launches.
-    pub(crate) fn run_wgmma(&self, dtype: DType, problem: &Problem, io: Io, plan: &Plan) -> Result<()> {
+    pub(crate) fn run_wgmma(
+        &self,
+        stream: &Arc<CudaStream>,
+        dtype: DType,
+        problem: &Problem,
+        io: Io,
+        plan: &Plan,
+    ) -> Result<()> {
         let Some(launch) = plan.main_launch() else { return Ok(()) };
         let index = match launch.kernel.map(|k| k.info().family) {
             Some(Family::FlashWgmma(_, i)) => i,
@@ -97,14 +106,14 @@ impl Device {
             maps.iter().flat_map(|m| m.opaque.iter().flat_map(|w| [*w as u32, (*w >> 32) as u32])).collect();
         debug_assert_eq!(4 * words.len() as u64, 3 * TENSOR_MAP_BYTES);
         // Device allocations are 256-byte aligned: each 128-byte map lands 64-byte aligned.
-        let maps_buf = self.upload_u32(&words)?;
+        let maps_buf = self.upload_u32(stream, &words)?;
         let params = WgmmaParams {
             attn: attn_params(problem, io, None, config.block_n),
             maps: maps_buf.device_address(),
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; the maps buffer is freed in stream order, after the kernel.
-        unsafe { self.launch_plan(plan, &params) }
+        unsafe { self.launch_plan(stream, plan, &params) }
     }
 }
 

@@ -21,6 +21,7 @@ pub mod cpu;
 mod device;
 mod error;
 pub mod explain;
+pub mod external;
 mod hopper;
 pub mod plan;
 mod problem;
@@ -33,6 +34,7 @@ pub use backward::DeviceGradients;
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result};
+pub use external::{BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
 pub use plan::{
     AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,
     plan, plan_backward,
