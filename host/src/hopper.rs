@@ -53,7 +53,9 @@ fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys:
     };
     // The planner checked the strides; a failure here is a bug, reported as a driver error.
     let strides = tma_strides(layout, 2).unwrap_or([0; 3]);
-    let dims = [layout.head_dim as u64, layout.seqlen as u64, layout.heads as u64, layout.batch as u64];
+    // TMA refuses dimensions of 0; a tensor without tokens (no keys) is never loaded from, so
+    // its map only has to be valid.
+    let dims = [layout.head_dim, layout.seqlen, layout.heads, layout.batch].map(|x| x.max(1) as u64);
     let boxes = [WGMMA_PANEL, rows, 1, 1];
     let element_strides = [1u32; 4];
     let mut map = sys::CUtensorMap { opaque: [0; 16] };

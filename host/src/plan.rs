@@ -125,9 +125,10 @@ pub enum Reason {
     ScoreMod,
     /// Per-entry K/V cache lengths: the GPU kernels do not read them yet (the CPU path does).
     KvCache,
-    /// Something the Hopper kernel does not run yet (the `mma.sync` kernel does).
+    /// Something the Hopper kernel does not run (yet), or where `Method::Auto` knows the
+    /// `mma.sync` kernel to be faster.
     NotOnHopper {
-        /// What.
+        /// What, and why, in words.
         what: &'static str,
     },
 }
@@ -191,10 +192,7 @@ impl std::fmt::Display for Reason {
             Reason::ScoreMod => f.write_str(
                 "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
             ),
-            Reason::NotOnHopper { what } => write!(
-                f,
-                "{what} (not on the Hopper kernel yet; Method::FlashTensorCore runs it)"
-            ),
+            Reason::NotOnHopper { what } => f.write_str(what),
             Reason::NoBackward => f.write_str(
                 "the backward pass (on the GPU only the tensor-core kernels have one: use Method::Auto or \
                  Method::FlashTensorCore; `flashattn::cpu::attention_backward` runs every dtype)",
@@ -342,7 +340,16 @@ pub struct AutoRule {
 /// `Method::Auto`'s rule table, in order: the first rule whose method can run the problem
 /// picks it. The planner owns it ([`plan`] follows it and `tests/cpu/plan.rs` checks each rule on
 /// synthetic devices); the README prints it.
-pub const AUTO_RULES: [AutoRule; 3] = [
+pub const AUTO_RULES: [AutoRule; 4] = [
+    AutoRule {
+        method: Method::FlashHopper,
+        when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 128 \
+               (16-byte rows), a fixed-length batch, no window, at least 128 query rows per sequence",
+        evidence: "bf16 headline 1.05–1.65× the mma.sync kernel in 19 of 20 rows (d64 causal N = 1024: 0.99×) \
+                   and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head dims 40–128 \
+                   at N = 4096 1.02–1.60× the mma.sync kernel, d = 32 0.81× (padded to 64), so it stays on \
+                   mma.sync (results/2026-11-30-nvidia-h200/hopper/v13-pingpong/head-dims, a slower variant)",
+    },
     AutoRule {
         method: Method::FlashTensorCore,
         when: "f16 or bf16, head dim ≤ 256 (rows that are not 16-byte aligned, such as odd head dims, \
@@ -502,7 +509,9 @@ fn plan_auto(
     for (i, rule) in AUTO_RULES.iter().enumerate() {
         let attempt = match rule.method {
             Method::FlashTensorCore => plan_mma(props, dtype, problem, opts),
-            Method::FlashHopper => plan_wgmma(props, dtype, problem, opts),
+            // A device without sm_90 never sees the Hopper rule (not a path it passed over).
+            Method::FlashHopper if props.target() != Some(Target::Sm90a) => continue,
+            Method::FlashHopper => hopper_for_auto(props, dtype, problem, opts),
             Method::Standard => standard_for_auto(props, dtype, problem, opts),
             _ => plan_simt(props, dtype, problem, opts),
         };
@@ -518,6 +527,37 @@ fn plan_auto(
         }
     }
     unreachable!("the last rule returns")
+}
+
+/// The fewest query rows per sequence for which `Method::Auto` takes the Hopper kernel: shorter
+/// query sets (decoding, short chunks) leave most of a 128-row tile empty and cannot fill the GPU,
+/// where the `mma.sync` kernel packs grouped query heads and splits the keys.
+pub const HOPPER_MIN_QUERY_ROWS: usize = 128;
+
+/// The head dims up to which `Method::Auto` keeps the `mma.sync` kernel on sm_90: the Hopper
+/// instances start at 64 columns, and a padded d = 32 loses to the tuned d = 32 instance.
+pub const HOPPER_MIN_HEAD_DIM: usize = 32;
+
+/// The Hopper kernel as `Method::Auto` takes it: as `Method::FlashHopper`, for at least
+/// [`HOPPER_MIN_QUERY_ROWS`] query rows and without a split-KV override.
+fn hopper_for_auto(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let method = Method::FlashHopper;
+    if problem.head_dim() <= HOPPER_MIN_HEAD_DIM {
+        let what =
+            "head dims up to 32 (padded to 64 they run at 0.81× the mma.sync kernel's d = 32 instance)";
+        return Err(unsupported(method, Reason::NotOnHopper { what }));
+    }
+    if problem.max_lens().0 < HOPPER_MIN_QUERY_ROWS {
+        let what = "fewer than 128 query rows per sequence (decoding and short chunks: the mma.sync kernel \
+                    packs grouped query heads and splits the keys)";
+        return Err(unsupported(method, Reason::NotOnHopper { what }));
+    }
+    plan_wgmma(props, dtype, problem, opts)
 }
 
 /// Standard attention as `Method::Auto` takes it: fixed-length batches, within the scratch
@@ -849,7 +889,7 @@ fn plan_wgmma(
         return Err(unsupported(method, Reason::Window));
     }
     if problem.varlen().is_some() {
-        return no("a variable-length batch");
+        return no("a variable-length batch (not on the Hopper kernel yet; Method::FlashTensorCore runs it)");
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
@@ -882,7 +922,7 @@ fn plan_wgmma(
     }
     for l in [problem.q(), problem.k()] {
         if l.seqlen > i32::MAX as usize || l.heads > i32::MAX as usize || l.batch > i32::MAX as usize {
-            return no("more than 2³¹ − 1 tokens, heads or sequences in a TMA coordinate");
+            return no("more than 2³¹ − 1 tokens, heads or sequences (TMA coordinates are 32-bit)");
         }
     }
     let limit = props.max_shared_per_block;

@@ -25,8 +25,15 @@ fn auto_takes_tensor_cores_where_they_apply() {
                 let l = Layout::bshd(2, 1000, 4, d);
                 let p =
                     plan(&props, dtype, &problem(l, l, &Default::default()), &Default::default()).unwrap();
+                if props.compute_capability == (9, 0) && d > 32 && d <= 128 {
+                    // The Hopper kernel takes these (`the_hopper_kernel_plans…`).
+                    assert_eq!(p.method, Method::FlashHopper, "{} d{d} {dtype}: {p}", props.name);
+                    continue;
+                }
                 assert_eq!(p.method, Method::FlashTensorCore, "{} d{d} {dtype}: {p}", props.name);
-                assert!(p.not_taken.is_empty());
+                // On sm_90 the Hopper rule was passed over (head dim), and says so.
+                let hopper_passed = props.compute_capability == (9, 0);
+                assert_eq!(p.not_taken.len(), usize::from(hopper_passed), "{p}");
                 let c = MMA_CONFIGS[mma_default(d as u32, false, 1000).unwrap()];
                 assert_eq!(p.tiles, Some((c.block_m as usize, c.block_n as usize)));
                 let main = p.main_launch().unwrap();
@@ -48,9 +55,10 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     // the CUDA-core kernel where its N×N matrices fit (rule 2).
     let p = plan(&h200, DType::F32, &problem(l, l, &opts), &opts).unwrap();
     assert_eq!(p.method, Method::Standard);
-    assert!(p.why[0].starts_with("auto rule 2"), "{p}");
-    assert_eq!(p.not_taken[0].method, Method::FlashTensorCore);
-    assert_eq!(p.not_taken[0].reason, Reason::DType { dtype: DType::F32 });
+    assert!(p.why[0].starts_with("auto rule 3"), "{p}");
+    assert_eq!(p.not_taken[0].method, Method::FlashHopper);
+    assert_eq!(p.not_taken[1].method, Method::FlashTensorCore);
+    assert_eq!(p.not_taken[1].reason, Reason::DType { dtype: DType::F32 });
     assert!(p.to_string().contains("not flash-tc: f32"), "{p}");
     // Every head dim runs on tensor cores, padded up to an instantiated one (d = 80 → 96)…
     let l80 = Layout::bshd(1, 64, 2, 80);
@@ -87,7 +95,7 @@ fn auto_says_why_it_did_not_take_tensor_cores() {
     let p = plan(&h200, DType::BF16, &problem(l, l, &tiles), &tiles).unwrap();
     assert_eq!(p.method, Method::Flash);
     assert!(
-        matches!(p.not_taken[0].reason, Reason::Tiles(TileError::NotInstantiated { head_dim: 64, .. })),
+        matches!(p.not_taken[1].reason, Reason::Tiles(TileError::NotInstantiated { head_dim: 64, .. })),
         "{p}"
     );
 }
@@ -356,27 +364,41 @@ fn auto_follows_its_rule_table() {
     let opts = AttentionOptions::default();
     assert_eq!(
         flashattn::AUTO_RULES.map(|r| r.method),
-        [Method::FlashTensorCore, Method::Standard, Method::Flash]
+        [Method::FlashHopper, Method::FlashTensorCore, Method::Standard, Method::Flash]
     );
-    // Rule 1.
+    // Rule 1: the Hopper kernel on sm_90, 128+ query rows, 32 < d ≤ 128.
     let l = Layout::bshd(2, 512, 4, 64);
     let p = plan(&h200, DType::F16, &problem(l, l, &opts), &opts).unwrap();
-    assert!(p.method == Method::FlashTensorCore && p.why[0].starts_with("auto rule 1"), "{p}");
-    // Rule 2: f32 with N×N matrices inside the budget.
+    assert!(p.method == Method::FlashHopper && p.why[0].starts_with("auto rule 1"), "{p}");
+    // Rule 2: the mma.sync kernel: on sm_80 (rule 1 never considered, nothing listed as not
+    // taken), for d = 32, for decoding, for d > 128.
+    let p = plan(&DeviceProps::a100(), DType::F16, &problem(l, l, &opts), &opts).unwrap();
+    assert!(p.method == Method::FlashTensorCore && p.why[0].starts_with("auto rule 2"), "{p}");
+    assert!(p.not_taken.is_empty(), "{p}");
+    for (q, k) in [
+        (Layout::bshd(2, 512, 4, 32), Layout::bshd(2, 512, 4, 32)),
+        (Layout::bshd(2, 1, 4, 128), Layout::bshd(2, 4096, 4, 128)),
+        (Layout::bshd(2, 512, 4, 256), Layout::bshd(2, 512, 4, 256)),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(q, k, &opts), &opts).unwrap();
+        assert!(p.method == Method::FlashTensorCore && p.why[0].starts_with("auto rule 2"), "{p}");
+        assert_eq!(p.not_taken[0].method, Method::FlashHopper, "{p}");
+    }
+    // Rule 3: f32 with N×N matrices inside the budget.
     let p = plan(&h200, DType::F32, &problem(l, l, &opts), &opts).unwrap();
-    assert!(p.method == Method::Standard && p.why[0].starts_with("auto rule 2"), "{p}");
-    // Rule 3: f32 whose N×N matrices exceed 1/16 of the device (8 × 16 heads × 32k² × 8 B = 1 TiB).
+    assert!(p.method == Method::Standard && p.why[0].starts_with("auto rule 3"), "{p}");
+    // Rule 4: f32 whose N×N matrices exceed 1/16 of the device (8 × 16 heads × 32k² × 8 B = 1 TiB).
     let big = Layout::bshd(8, 32_768, 16, 64);
     let p = plan(&h200, DType::F32, &problem(big, big, &opts), &opts).unwrap();
     assert_eq!(p.method, Method::Flash, "{p}");
-    assert!(matches!(p.not_taken[1].reason, Reason::ScratchBudget { .. }), "{p}");
-    // Rule 3: varlen f32.
+    assert!(matches!(p.not_taken[2].reason, Reason::ScratchBudget { .. }), "{p}");
+    // Rule 4: varlen f32.
     let vl = flashattn::VarLen::from_lengths(&[10, 20], &[10, 20]).unwrap();
     let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
     let pl = Layout::packed(30, 2, 64);
     let p = plan(&h200, DType::F32, &problem(pl, pl, &vopts), &vopts).unwrap();
     assert_eq!(p.method, Method::Flash, "{p}");
-    assert_eq!(p.not_taken[1].reason, Reason::VarLen, "{p}");
+    assert_eq!(p.not_taken[2].reason, Reason::VarLen, "{p}");
 }
 
 /// A sliding window runs on the tensor-core forward kernel (Auto takes it); the other GPU

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use crate::util::{Result, cargo, root};
 
 /// The script written into the bundle. Commands: `test` (default), `sanitize`, `bench`,
-/// `timing`, `tune`, `decode`, `backward`, `window`, `help`; every one is listed in the header and in `usage` (a unit test
+/// `timing`, `tune`, `decode`, `backward`, `window`, `python`, `help`; every one is listed in the header and in `usage` (a unit test
 /// holds the three together).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
@@ -18,6 +18,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh decode [ARGS]    the decode example: Llama-3-8B decoding with every split count, in TB/s
 #   ./run.sh backward [ARGS]  the backward example: forward and backward times on the headline shapes
 #   ./run.sh window [ARGS]    the window example: sliding-window forward time against the window
+#   ./run.sh python [ARGS]    the Python wheel, installed offline into a fresh virtual environment
+#                             (it sees this machine's PyTorch and NumPy), then its pytest suite;
+#                             ARGS go to pytest. PYTHON=... picks the interpreter (default python3)
 #   ./run.sh help             this list (also -h, --help)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,6 +35,8 @@ usage: run.sh [COMMAND] [ARGS]
   decode [ARGS]     the decode example: Llama-3-8B decoding with every split count, in TB/s
   backward [ARGS]   the backward example: forward and backward times on the headline shapes
   window [ARGS]     the window example: sliding-window forward time against the window
+  python [ARGS]     the Python wheel installed offline into a fresh virtual environment that sees
+                    this machine's PyTorch and NumPy, then its pytest suite (ARGS go to pytest)
   help, -h, --help  this list
 EOF
 }
@@ -82,6 +87,43 @@ case "$cmd" in
     run_bin backward "$@" ;;
   window)
     run_bin window "$@" ;;
+  python)
+    if [ -f "$here/python/NO_WHEEL" ]; then
+      echo "this bundle has no Python wheel (not built when it was made): $(cat "$here/python/NO_WHEEL")" >&2; exit 2
+    fi
+    wheel=""
+    for w in "$here"/python/wheels/flashattn-*.whl; do if [ -f "$w" ]; then wheel="$w"; fi; done
+    if [ -z "$wheel" ]; then echo "this bundle has no Python wheel (python/wheels/flashattn-*.whl)" >&2; exit 2; fi
+    if [ -f "$here/python/NO_DEPS" ]; then
+      echo "warning: this bundle has no pytest wheels, pip looks for pytest on this machine: $(cat "$here/python/NO_DEPS")" >&2
+    fi
+    python="${PYTHON:-python3}"
+    tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+    # --system-site-packages: PyTorch, Triton and NumPy are this machine's. Without python3-venv
+    # (no ensurepip) the environment has no pip of its own and runs this machine's.
+    if ! "$python" -m venv --system-site-packages "$tmp/venv" >"$tmp/venv.log" 2>&1; then
+      "$python" -m venv --clear --without-pip --system-site-packages "$tmp/venv" ||
+        { cat "$tmp/venv.log" >&2; echo "$python -m venv failed" >&2; exit 2; }
+    fi
+    py="$tmp/venv/bin/python"
+    if ! "$py" -m pip --version >/dev/null 2>&1; then
+      echo "no pip for $python: install python3-venv or python3-pip" >&2; exit 2
+    fi
+    # Offline, no compiler: the wheel itself, then its test extra (pytest from python/deps,
+    # NumPy already here).
+    pip_install=("$py" -m pip install --quiet --disable-pip-version-check --no-input --no-index --find-links "$here/python/deps")
+    "${pip_install[@]}" --no-deps --force-reinstall "$wheel"
+    "${pip_install[@]}" "$wheel[test]" ||
+      { echo "pip could not install the tests' packages: pytest (Python >= 3.10) from the bundle, NumPy from this machine ($python -m pip install numpy)" >&2; exit 1; }
+    # From the temporary folder, so that no source checkout of python/flashattn can be imported.
+    cd "$tmp"
+    "$py" -c 'import flashattn, os, sys; sys.exit(not os.path.realpath(flashattn.__file__).startswith(os.path.realpath(sys.prefix)))' ||
+      { echo "flashattn is not imported from the wheel installed into $tmp/venv" >&2; exit 1; }
+    "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
+      echo "warning: no PyTorch with a CUDA device here: the CUDA tests (test_cuda.py) skip" >&2
+    status=0
+    PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -rs -p no:cacheprovider "$here/python/tests" "$@" || status=$?
+    exit $status ;;
   *)
     echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
@@ -280,6 +322,8 @@ pub fn bundle(out: &Path) -> Result<()> {
     if !bin_build.success() {
         return Err("release build of the binaries failed".into());
     }
+    // The wheel and pytest's wheels; without them the bundle is still made, and says so.
+    let python = crate::wheel::prepare();
     // Decided again right before anything is deleted: the folder may have changed meanwhile.
     let (out, decision) = plan_out(&out, &root())?;
     prepare_out(&out, decision)?;
@@ -311,6 +355,7 @@ pub fn bundle(out: &Path) -> Result<()> {
             .map_err(|e| format!("copying {}: {e}", peers.display()))?;
         listed.push("bin/peers.py".to_string());
     }
+    listed.extend(crate::wheel::copy_into(&out, &python)?);
     let script = out.join("run.sh");
     std::fs::write(&script, RUN_SH).map_err(|e| e.to_string())?;
     #[cfg(unix)]
@@ -319,10 +364,18 @@ pub fn bundle(out: &Path) -> Result<()> {
         let _ = std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755));
     }
     println!("bundle: {} with {}", out.display(), listed.join(", "));
-    println!(
-        "bundle: on the GPU machine run `{}/run.sh test`",
-        out.file_name().unwrap_or_default().to_string_lossy()
-    );
+    let name = out.file_name().unwrap_or_default().to_string_lossy();
+    if let Err(why) = &python.wheel {
+        eprintln!("bundle: this bundle has NO Python wheel (`run.sh python` says so): {why}");
+    }
+    if let Err(why) = &python.deps {
+        eprintln!(
+            "bundle: this bundle has no pytest wheels (`run.sh python` needs pytest on the GPU machine): {why}"
+        );
+    }
+    let python_cmd =
+        if python.wheel.is_ok() { format!(" and `{name}/run.sh python`") } else { String::new() };
+    println!("bundle: on the GPU machine run `{name}/run.sh test`{python_cmd}");
     Ok(())
 }
 
@@ -374,8 +427,8 @@ mod tests {
     fn run_sh_usage_and_header_name_every_command_it_accepts() {
         let labels = case_labels(RUN_SH);
         for expected in [
-            "test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "help", "-h",
-            "--help",
+            "test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "python", "help",
+            "-h", "--help",
         ] {
             assert!(labels.iter().any(|l| l == expected), "no `{expected})` arm in run.sh: {labels:?}");
         }
@@ -426,6 +479,19 @@ mod tests {
         let out = run("tune");
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("this bundle has no tune"));
+        // So is a wheel: with the reason the bundle recorded, or without one.
+        let out = run("python");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("this bundle has no Python wheel"));
+        std::fs::create_dir_all(dir.path().join("python")).unwrap();
+        std::fs::write(dir.path().join(crate::wheel::NO_WHEEL), "maturin failed\n").unwrap();
+        let out = run("python");
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("this bundle has no Python wheel") && stderr.contains("maturin failed"),
+            "{stderr}"
+        );
     }
 
     fn state(exists: bool, has_marker: bool, is_empty: bool, has_git: bool) -> OutState {

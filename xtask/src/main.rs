@@ -3,8 +3,8 @@
 //! - `cargo xtask setup`: find or install the kernel toolchain (and `ptxas` for reports).
 //! - `cargo xtask ptx [--check]`: build the kernels to PTX into `host/ptx/`, or check that the
 //!   committed PTX is fresh; both fail when a kernel can reach a panic (the panic gate).
-//! - `cargo xtask bundle`: release builds of the test and bench executables plus a script, to
-//!   run the GPU suite on a machine without a Rust toolchain.
+//! - `cargo xtask bundle`: release builds of the test and bench executables, the Python wheel
+//!   with its tests, plus a script, to run the GPU suite on a machine without a Rust toolchain.
 //! - `cargo xtask bench [ARGS]`: the benchmark sweep (`flashattn-bench run ARGS`) and its report.
 //! - `cargo xtask explain [--nq 4 --nk 4 --d 3 --block-n 2 --seed 1]`: the algorithm's worked
 //!   example, step by step.
@@ -17,6 +17,7 @@ mod ptx;
 mod ptxas;
 mod toolchain;
 mod util;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 
@@ -49,8 +50,8 @@ enum Task {
         #[arg(long)]
         allow_spills: bool,
     },
-    /// Build release test and bench executables into a folder with a `run.sh`, for a GPU machine
-    /// without a Rust toolchain.
+    /// Build release test and bench executables, and the Python wheel with its tests and the
+    /// pytest wheels, into a folder with a `run.sh`, for a GPU machine without a Rust toolchain.
     Bundle {
         /// Output folder: created, or replaced when an earlier bundle made it (it holds a
         /// `.flashattn-bundle` marker). Any other non-empty folder, the repository, its ancestors
