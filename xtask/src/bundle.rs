@@ -18,8 +18,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh decode [ARGS]    the decode example: Llama-3-8B decoding with every split count, in TB/s
 #   ./run.sh backward [ARGS]  the backward example: forward and backward times on the headline shapes
 #   ./run.sh window [ARGS]    the window example: sliding-window forward time against the window
-#   ./run.sh python [ARGS]    the Python wheel, installed offline into a fresh virtual environment
-#                             (it sees this machine's PyTorch and NumPy), then its pytest suite;
+#   ./run.sh python [ARGS]    the Python wheel, installed offline into a private folder on
+#                             PYTHONPATH (beside this machine's PyTorch and NumPy), then its pytest suite;
 #                             ARGS go to pytest. PYTHON=... picks the interpreter (default python3)
 #   ./run.sh help             this list (also -h, --help)
 set -euo pipefail
@@ -35,7 +35,7 @@ usage: run.sh [COMMAND] [ARGS]
   decode [ARGS]     the decode example: Llama-3-8B decoding with every split count, in TB/s
   backward [ARGS]   the backward example: forward and backward times on the headline shapes
   window [ARGS]     the window example: sliding-window forward time against the window
-  python [ARGS]     the Python wheel installed offline into a fresh virtual environment that sees
+  python [ARGS]     the Python wheel installed offline into a private folder on PYTHONPATH, beside
                     this machine's PyTorch and NumPy, then its pytest suite (ARGS go to pytest)
   help, -h, --help  this list
 EOF
@@ -99,30 +99,27 @@ case "$cmd" in
     fi
     python="${PYTHON:-python3}"
     tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-    # --system-site-packages: PyTorch, Triton and NumPy are this machine's. Without python3-venv
-    # (no ensurepip) the environment has no pip of its own and runs this machine's.
-    if ! "$python" -m venv --system-site-packages "$tmp/venv" >"$tmp/venv.log" 2>&1; then
-      "$python" -m venv --clear --without-pip --system-site-packages "$tmp/venv" ||
-        { cat "$tmp/venv.log" >&2; echo "$python -m venv failed" >&2; exit 2; }
+    # Into a private folder on PYTHONPATH, not a virtual environment: this machine's PyTorch and
+    # NumPy may live in the user site (as on the H200 machine), which a venv hides. Offline, no
+    # compiler: the wheel, and pytest from python/deps when this Python has none.
+    pip_install=("$python" -m pip install --quiet --disable-pip-version-check --no-input --no-index --target "$tmp/site")
+    "${pip_install[@]}" --no-deps "$wheel" ||
+      { echo "pip could not install $wheel into $tmp/site" >&2; exit 1; }
+    if ! "$python" -c 'import pytest' 2>/dev/null; then
+      "${pip_install[@]}" --find-links "$here/python/deps" pytest ||
+        { echo "no pytest for $python, and pip could not install it from the bundle (pytest needs Python >= 3.10)" >&2; exit 1; }
     fi
-    py="$tmp/venv/bin/python"
-    if ! "$py" -m pip --version >/dev/null 2>&1; then
-      echo "no pip for $python: install python3-venv or python3-pip" >&2; exit 2
-    fi
-    # Offline, no compiler: the wheel itself, then its test extra (pytest from python/deps,
-    # NumPy already here).
-    pip_install=("$py" -m pip install --quiet --disable-pip-version-check --no-input --no-index --find-links "$here/python/deps")
-    "${pip_install[@]}" --no-deps --force-reinstall "$wheel"
-    "${pip_install[@]}" "$wheel[test]" ||
-      { echo "pip could not install the tests' packages: pytest (Python >= 3.10) from the bundle, NumPy from this machine ($python -m pip install numpy)" >&2; exit 1; }
+    "$python" -c 'import numpy' 2>/dev/null ||
+      { echo "no NumPy for $python: install it ($python -m pip install numpy)" >&2; exit 1; }
     # From the temporary folder, so that no source checkout of python/flashattn can be imported.
     cd "$tmp"
-    "$py" -c 'import flashattn, os, sys; sys.exit(not os.path.realpath(flashattn.__file__).startswith(os.path.realpath(sys.prefix)))' ||
-      { echo "flashattn is not imported from the wheel installed into $tmp/venv" >&2; exit 1; }
-    "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
+    export PYTHONPATH="$tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+    "$python" -c 'import flashattn, os, sys; sys.exit(not os.path.realpath(flashattn.__file__).startswith(os.path.realpath(sys.argv[1])))' "$tmp/site" ||
+      { echo "flashattn is not imported from the wheel installed into $tmp/site" >&2; exit 1; }
+    "$python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
       echo "warning: no PyTorch with a CUDA device here: the CUDA tests (test_cuda.py) skip" >&2
     status=0
-    PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -rs -p no:cacheprovider "$here/python/tests" "$@" || status=$?
+    PYTHONDONTWRITEBYTECODE=1 "$python" -m pytest -q -rs -p no:cacheprovider "$here/python/tests" "$@" || status=$?
     exit $status ;;
   *)
     echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
