@@ -46,7 +46,7 @@ enum Task {
         /// (`rustc -vV`) is the one here; and that no kernel in it can reach a panic.
         #[arg(long)]
         check: bool,
-        /// Do not fail when ptxas reports spills.
+        /// Do not fail when ptxas reports spills or serialised `wgmma` instructions (experiments).
         #[arg(long)]
         allow_spills: bool,
     },
