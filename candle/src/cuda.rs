@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use candle::backend::BackendStorage;
 use candle::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr,
+    CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits,
 };
 use candle::cuda_backend::{CudaDType, CudaDevice};
 use candle::op::BackpropOp;
@@ -146,7 +146,7 @@ impl Attn {
 }
 
 /// The forward on one element type.
-fn forward<T: CudaDType + DeviceRepr>(
+fn forward<T: CudaDType + DeviceRepr + ValidAsZeroBits>(
     op: &Attn,
     dt: DType,
     [q, k, v]: [(&CudaStorage, &candle::Layout); 3],
@@ -185,7 +185,7 @@ fn forward<T: CudaDType + DeviceRepr>(
 }
 
 /// The backward on one element type: dQ, dK, dV (contiguous, shaped like Q, K, V).
-fn backward<T: CudaDType + DeviceRepr>(
+fn backward<T: CudaDType + DeviceRepr + ValidAsZeroBits>(
     op: &Attn,
     dt: DType,
     s: [(&CudaStorage, &candle::Layout); 5],

@@ -127,6 +127,7 @@ fn compare(
 
 /// Switching from candle-flash-attn is one `use` line: the same signatures.
 #[test]
+#[allow(clippy::type_complexity)]
 fn signatures_are_candle_flash_attns() {
     type R = Result<Tensor>;
     let _: fn(&Tensor, &Tensor, &Tensor, f32, bool) -> R = flash_attn;
@@ -151,7 +152,6 @@ fn signatures_are_candle_flash_attns() {
     ) -> R = flash_attn_varlen_windowed;
     let _: fn(&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor, usize, usize, f32, bool) -> R =
         flash_attn_varlen_alibi;
-    #[allow(clippy::type_complexity)]
     let _: fn(
         &Tensor,
         &Tensor,
@@ -165,7 +165,6 @@ fn signatures_are_candle_flash_attns() {
         Option<usize>,
         Option<usize>,
     ) -> R = flash_attn_varlen_alibi_windowed;
-    #[allow(clippy::type_complexity)]
     let _: fn(
         &Tensor,
         &Tensor,

@@ -308,10 +308,9 @@ impl RestoreContext {
     /// initialised).
     fn save() -> RestoreContext {
         let mut ctx = std::ptr::null_mut();
-        // SAFETY: only probes whether the shared library can be loaded; then a valid out-pointer.
-        let ok = unsafe {
-            sys::is_culib_present() && sys::cuCtxGetCurrent(&mut ctx) == sys::CUresult::CUDA_SUCCESS
-        };
+        // SAFETY: a valid out-pointer, once the library is known to be there.
+        let ok = crate::device::driver_library_present()
+            && unsafe { sys::cuCtxGetCurrent(&mut ctx) } == sys::CUresult::CUDA_SUCCESS;
         RestoreContext(if ok { ctx } else { std::ptr::null_mut() })
     }
 }
