@@ -320,8 +320,7 @@ impl RestoreContext {
 /// does, and every GPU call on a caller's stream asks.
 fn driver_present() -> bool {
     static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    // SAFETY: only probes whether the shared library can be loaded.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    *PRESENT.get_or_init(crate::device::driver_library_present)
 }
 
 /// [`Device::new`] for a thread that a framework also drives (PyTorch's): the thread's current
