@@ -9,8 +9,8 @@
 # libcuda.so: the real one comes with the driver on the GPU machine), and exports the
 # environment that candle-kernels' build script (cudaforge) and cudarc's build script read.
 # The binaries built so need, on the GPU machine, the driver's libcuda.so.1 and the CUDA 13
-# libraries cudart, cuBLAS(Lt), cuRAND and NVRTC (`cargo xtask bundle --candle-cuda` carries
-# those from target/cuda-wheels).
+# libraries cudart, cuBLAS(Lt) and cuRAND (`cargo xtask bundle --candle-cuda --candle-cuda-libs`
+# carries those from target/cuda-wheels).
 
 _fa_cuda_env() {
   local repo wheels root req stamp
@@ -54,7 +54,6 @@ _fa_cuda_env() {
   # The H200 (sm_90); candle-kernels builds PTX and its static kernels for this one.
   export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
   export LIBRARY_PATH="$root/lib:$root/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
-  # No runtime path is set: running here (no GPU) is not the point.
-  export FLASHATTN_CANDLE_CUDA_LIBS="$root/lib"
+  # No runtime library path is set: nothing built here can run without a GPU.
 }
 _fa_cuda_env

@@ -66,7 +66,7 @@ enum Task {
         #[arg(long)]
         candle_cuda: bool,
         /// With --candle-cuda: carry the CUDA 13 libraries the candle executables link to
-        /// (cudart, cuBLAS, cuBLASLt, cuRAND, NVRTC; about 800 MB) in `candle/lib`, for a GPU
+        /// (cudart, cuBLAS, cuBLASLt, cuRAND; about 730 MB) in `candle/lib`, for a GPU
         /// machine without the CUDA 13 toolkit. Without it, `run.sh candle` uses the machine's.
         #[arg(long, requires = "candle_cuda")]
         candle_cuda_libs: bool,
