@@ -595,6 +595,33 @@ mod tests {
     }
 
     #[test]
+    fn the_candle_cuda_executables_go_to_candle_and_a_missing_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let built = dir.path().join("built");
+        std::fs::create_dir_all(&built).unwrap();
+        let artifact = |name: &str, is_test: bool| {
+            let path = built.join(format!("{name}-{is_test}"));
+            std::fs::write(&path, format!("{name} {is_test}")).unwrap();
+            Artifact { name: name.into(), path: path.to_string_lossy().into_owned(), is_test }
+        };
+        // The lib's own unit tests and a CPU build of the example are not what it picks.
+        let artifacts = [
+            artifact("flashattn_candle", true),
+            artifact("attention", true),
+            artifact("compare", true),
+            artifact("compare", false),
+        ];
+        let out = dir.path().join("bundle");
+        let listed = copy_candle_cuda(&out, &artifacts, false).unwrap();
+        assert_eq!(listed, ["candle/attention", "candle/compare"]);
+        assert_eq!(std::fs::read_to_string(out.join("candle/attention")).unwrap(), "attention true");
+        assert_eq!(std::fs::read_to_string(out.join("candle/compare")).unwrap(), "compare false");
+        assert!(!out.join("candle/lib").exists());
+        let err = copy_candle_cuda(&out, &artifacts[..2], false).unwrap_err();
+        assert!(err.contains("no `compare` executable"), "{err}");
+    }
+
+    #[test]
     fn the_candle_cuda_environment_script_and_its_requirements_are_there() {
         let script = std::fs::read_to_string(root().join(CUDA_ENV)).unwrap();
         let reqs = std::fs::read_to_string(root().join("candle/ci/cuda-requirements.txt")).unwrap();
