@@ -147,6 +147,10 @@ fn device() -> Device {
     #[cfg(feature = "cuda")]
     match Device::new_cuda(0) {
         Ok(d) => return d,
+        Err(e) if std::env::var("FLASHATTN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            eprintln!("FLASHATTN_REQUIRE_GPU=1 but no CUDA device: {e}");
+            std::process::exit(1)
+        }
         Err(e) => eprintln!("no CUDA device ({e}): running on the CPU"),
     }
     Device::Cpu

@@ -525,6 +525,10 @@ mod cuda {
     fn gpu() -> Option<Device> {
         match Device::new_cuda(0) {
             Ok(d) => Some(d),
+            // The bundle's `run.sh candle` sets FLASHATTN_REQUIRE_GPU=1: there a skip is a failure.
+            Err(e) if std::env::var("FLASHATTN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("FLASHATTN_REQUIRE_GPU=1 but no CUDA device: {e}")
+            }
             Err(e) => {
                 eprintln!("skipped: no CUDA device ({e})");
                 None
