@@ -425,10 +425,7 @@ impl Device {
             lse: tensors.lse.map_or(0, |l| l.address),
         };
         // (The plan is never `Standard` here: `forward_plan`.)
-        match plan.method {
-            Method::FlashHopper => self.run_wgmma(&stream, dtype, &problem, io, &plan)?,
-            _ => self.run_flash(&stream, &problem, io, &plan)?,
-        }
+        self.run_kernels(&stream, dtype, &problem, io, &plan)?;
         Ok(plan)
     }
 
