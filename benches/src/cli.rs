@@ -27,7 +27,8 @@ use crate::shapes::{
         flashattn-bench run --seqlens 4096,65536 --seqlen-q 1 --batch 16 --heads 32 --kv-heads 8 --mask none\n  \
         flashattn-bench run --seqlens 16384 --batch 1 --heads 16 --mask causal --window 256,1024 --methods flash-tc --peers\n  \
         flashattn-bench run --preset models --peers\n  \
-        flashattn-bench report --in results/h200"
+        flashattn-bench report --in results/h200\n  \
+        flashattn-bench context-parallel --seqlens 16384,65536,262144 --out results/h200-x2"
 )]
 pub struct Cli {
     /// What to do.
@@ -45,6 +46,9 @@ pub enum Command {
     /// One attention call on one shape, nothing else: what `run --ncu` profiles.
     #[command(hide = true)]
     One(OneArgs),
+    /// Context-parallel (ring) attention over every GPU against one GPU: scaling efficiency by
+    /// sequence length and mask (B = 1, 32/8 heads, d = 128, bf16 by default).
+    ContextParallel(crate::ring::RingArgs),
 }
 
 /// How much of the output to check against a reference.

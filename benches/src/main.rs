@@ -19,6 +19,7 @@ mod plots;
 mod progress;
 mod record;
 mod report;
+mod ring;
 mod shapes;
 mod stats;
 
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
                 .map(|p| eprintln!("flashattn-bench: wrote {}", p.display()))
         }
         Command::One(a) => gpu::one(&a),
+        Command::ContextParallel(a) => ring::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

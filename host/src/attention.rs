@@ -86,6 +86,7 @@ impl Device {
             v: v.buf.device_address(),
             o: out.buf.device_address(),
             lse: lse.map_or(0, |l| l.device_address()),
+            partial: None,
         };
         let plan = crate::plan::plan(self.props(), T::DTYPE, &problem, opts)?;
         if plan.launches.is_empty() {
@@ -134,6 +135,17 @@ impl Device {
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
         let mut params = attn_params(problem, io, addresses, block_n);
+        if io.partial.is_some() {
+            // A step of context-parallel attention: the forward kernel alone, its `splits`
+            // (at least 2: the tensor-core kernel writes partial results only when split) into
+            // consecutive slots from the caller's; the caller merges them.
+            params.splits = plan.splits as u32;
+            let Some(main) = plan.main_launch() else { return Ok(()) };
+            let one = Plan { launches: vec![*main], ..plan.clone() };
+            // SAFETY: as below; the partial buffers hold `plan.splits` slots of `partial.rows`
+            // rows from the given addresses (the caller's sizing).
+            return unsafe { self.launch_plan(stream, &one, &params) };
+        }
         if plan.splits <= 1 {
             // SAFETY: `params` is the forward kernel's parameter struct, built from validated
             // layouts whose buffers hold every addressed element; the offset buffers are freed in
@@ -198,6 +210,25 @@ pub(crate) struct Io {
     pub v: u64,
     pub o: u64,
     pub lse: u64,
+    /// Where the forward kernel writes its results in f32 instead of `o` and `lse` (and where the
+    /// combine kernel reads them): a step of context-parallel attention.
+    pub partial: Option<PartialRows>,
+}
+
+/// f32 partial results addressed by log-sum-exp row (`lse_index` with `lse_seq_stride`): the
+/// forward writes one slot, the combine merges `splits` consecutive slots of `rows` rows each.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PartialRows {
+    /// The slot's first output row (f32, `head_dim` per row).
+    pub o: u64,
+    /// The slot's first log-sum-exp.
+    pub lse: u64,
+    /// Rows per slot.
+    pub rows: u64,
+    /// Log-sum-exp rows per (batch, head), for partial results, `lse` and the combine alike: the
+    /// full shard's query length when the problem is a part of its rows (and the addresses then
+    /// start at the part's first row).
+    pub lse_seq_stride: u32,
 }
 
 pub(crate) fn strides(l: &Layout) -> [u64; 3] {
@@ -212,7 +243,7 @@ pub(crate) fn attn_params(
     offsets: Option<(u64, u64)>,
     block_n: u32,
 ) -> AttnParams {
-    AttnParams {
+    let mut params = AttnParams {
         q: io.q,
         k: io.k,
         v: io.v,
@@ -236,10 +267,14 @@ pub(crate) fn attn_params(
         block_n,
         lse_seq_stride: problem.lse_seq_stride() as u32,
         splits: 1,
-        partial_o: 0,
-        partial_lse: 0,
-        partial_rows: 0,
+        partial_o: io.partial.map_or(0, |p| p.o),
+        partial_lse: io.partial.map_or(0, |p| p.lse),
+        partial_rows: io.partial.map_or(0, |p| p.rows),
+    };
+    if let Some(p) = io.partial {
+        params.lse_seq_stride = p.lse_seq_stride;
     }
+    params
 }
 
 /// A window side as the kernels take it: [`flashattn_kernels::mask::UNBOUNDED`] for none (a

@@ -131,7 +131,7 @@ impl Device {
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         // The kernels read dO where the forward's parameters hold O.
-        let attn_io = Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse };
+        let attn_io = Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse, partial: None };
         let mut attn = attn_params(problem, attn_io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
         attn.o_strides = strides(&io.d_o.1);
         let rows = problem.lse_len() as u64;

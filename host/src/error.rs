@@ -165,6 +165,16 @@ pub enum Error {
         device: usize,
     },
 
+    /// A bounded wait ran out: a GPU has not finished (a hung or failed peer, or a timeout too
+    /// short for the work).
+    #[error("{what} did not finish within {waited:?}: a GPU may have failed or hung; check each device")]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        waited: std::time::Duration,
+    },
+
     /// Any other driver call that failed.
     #[error("CUDA driver call failed while {context}: {source}")]
     Driver {
@@ -192,6 +202,7 @@ impl std::fmt::Debug for Error {
             Error::Blas { .. } => "Blas",
             Error::LengthMismatch { .. } => "LengthMismatch",
             Error::WrongDevice { .. } => "WrongDevice",
+            Error::Timeout { .. } => "Timeout",
             Error::Driver { .. } => "Driver",
         };
         write!(f, "{variant}: {self}")
@@ -474,6 +485,9 @@ pub enum InvalidInput {
         /// The method asked for.
         method: Method,
     },
+    /// A context-parallel call that cannot run as given.
+    #[error("context-parallel attention: {0}")]
+    Ring(RingError),
     /// The output's layout maps two different elements to the same address.
     #[error(
         "o's strides {strides:?} (batch, seq, head) with head dim {head_dim} make different output \
@@ -485,4 +499,84 @@ pub enum InvalidInput {
         /// The head dimension.
         head_dim: usize,
     },
+}
+
+/// Why a context-parallel ([`crate::context_parallel`]) call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RingError {
+    /// A ring needs at least two GPUs (one GPU: call [`crate::Device::attention`]).
+    #[error("a ring needs at least 2 GPUs, got {ranks}: for one GPU call Device::attention")]
+    TooFewRanks {
+        /// GPUs given.
+        ranks: usize,
+    },
+    /// Two ranks on one GPU.
+    #[error("device {ordinal} appears twice: give each rank its own GPU")]
+    SameDevice {
+        /// The GPU.
+        ordinal: usize,
+    },
+    /// Not one shard per rank.
+    #[error("{shards} shards for a ring of {ranks} GPUs: pass one shard per GPU, in rank order")]
+    ShardCount {
+        /// GPUs in the ring.
+        ranks: usize,
+        /// Shards given.
+        shards: usize,
+    },
+    /// A shard whose shape differs from rank 0's (or, for K and V, whose layout does: blocks are
+    /// read with their sender's layout).
+    #[error(
+        "rank {rank}'s {tensor} differs from rank 0's: every shard has the same shape, and K and V \
+         the same layout on every rank"
+    )]
+    ShardShapes {
+        /// The rank.
+        rank: usize,
+        /// Which tensor.
+        tensor: &'static str,
+    },
+    /// K or V with gaps or overlaps: blocks travel as one contiguous copy.
+    #[error("K and V shards must be dense (no gaps, any memory order); strides {strides:?} are not")]
+    KvNotDense {
+        /// K's (batch, seq, head) strides.
+        strides: [usize; 3],
+    },
+    /// Q or O rows not 16-byte aligned (head dim and strides multiples of 8 elements): the
+    /// partial results are merged 16 bytes at a time.
+    #[error("{tensor}'s head dim and strides must be multiples of 8 elements for context-parallel attention")]
+    Unaligned {
+        /// Which tensor.
+        tensor: &'static str,
+    },
+    /// A causal shard that is not two equal zigzag chunks of queries and the same keys.
+    #[error(
+        "causal context-parallel attention needs shards of two equal chunks (zigzag layout) with as \
+         many keys as queries; got {seqlen_q} queries and {seqlen_k} keys"
+    )]
+    CausalShard {
+        /// Query tokens per shard.
+        seqlen_q: usize,
+        /// Key tokens per shard.
+        seqlen_k: usize,
+    },
+    /// An option the ring does not support.
+    #[error("{feature} not supported across GPUs: run them on one GPU (Device::attention)")]
+    Feature {
+        /// What.
+        feature: &'static str,
+    },
+    /// Not f16 or bf16.
+    #[error("{dtype:?} is not supported: the ring runs the tensor-core kernels (f16, bf16)")]
+    DType {
+        /// The element type.
+        dtype: crate::DType,
+    },
+}
+
+impl From<RingError> for Error {
+    fn from(e: RingError) -> Error {
+        Error::InvalidInput(InvalidInput::Ring(e))
+    }
 }

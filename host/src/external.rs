@@ -423,6 +423,7 @@ impl Device {
             v: tensors.v.address,
             o: tensors.out.address,
             lse: tensors.lse.map_or(0, |l| l.address),
+            partial: None,
         };
         // (The plan is never `Standard` here: `forward_plan`.)
         self.run_kernels(&stream, dtype, &problem, io, &plan)?;

@@ -17,6 +17,7 @@
 mod attention;
 mod backward;
 mod buffer;
+pub mod context_parallel;
 pub mod cpu;
 mod device;
 mod error;
@@ -33,7 +34,7 @@ pub use attention::{DeviceTensor, DeviceTensorMut};
 pub use backward::DeviceGradients;
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
-pub use error::{Error, InvalidInput, Result};
+pub use error::{Error, InvalidInput, Result, RingError};
 pub use external::{BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
 pub use plan::{
     AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,

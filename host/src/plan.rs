@@ -642,19 +642,7 @@ fn flash_plan(
     let mut launches = vec![launch];
     let mut scratch_bytes = offsets_bytes(problem);
     if splits > 1 {
-        let Some(combine) = combine_family(family) else {
-            return Err(unsupported(method, Reason::NoSplitKv));
-        };
-        let combine = kernel_on(method, props, combine)?;
-        let rows = problem.max_lens().0.div_ceil(COMBINE_WARPS as usize) as u32;
-        launches.push(Launch {
-            kind: LaunchKind::Kernel(combine.name()),
-            grid: (rows, grid.1, grid.2),
-            threads: 32 * COMBINE_WARPS,
-            shared_bytes: 0,
-            count: 1,
-            kernel: Some(combine),
-        });
+        launches.push(combine_launch(method, props, family, problem)?);
         scratch_bytes += partial_bytes(problem, splits);
     }
     Ok(Plan {
@@ -669,13 +657,40 @@ fn flash_plan(
     })
 }
 
-/// The combine kernel that merges a split-KV kernel's partial results (the tensor-core
-/// kernel's; the general kernel does not split).
+/// The combine kernel that merges partial results written by `family` (the tensor-core
+/// kernels'; the general kernel writes none).
 fn combine_family(family: Family) -> Option<Family> {
     match family {
-        Family::FlashMma(e, _) => Some(Family::Combine(e)),
+        Family::FlashMma(e, _) | Family::FlashWgmma(e, _) => Some(Family::Combine(e)),
         _ => None,
     }
+}
+
+/// The launch of the combine kernel that merges the partial results `family`'s kernel wrote for
+/// `problem` (one warp per query row).
+pub(crate) fn combine_launch(
+    method: Method,
+    props: &DeviceProps,
+    family: Family,
+    problem: &Problem,
+) -> Result<Launch, InvalidInput> {
+    let Some(combine) = combine_family(family) else {
+        return Err(unsupported(method, Reason::NoSplitKv));
+    };
+    let combine = kernel_on(method, props, combine)?;
+    let rows = problem.max_lens().0.div_ceil(COMBINE_WARPS as usize);
+    let grid = [rows as u64, problem.q().heads as u64, problem.batch() as u64];
+    if grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
+        return Err(unsupported(method, Reason::Grid { grid }));
+    }
+    Ok(Launch {
+        kind: LaunchKind::Kernel(combine.name()),
+        grid: (grid[0] as u32, grid[1] as u32, grid[2] as u32),
+        threads: 32 * COMBINE_WARPS,
+        shared_bytes: 0,
+        count: 1,
+        kernel: Some(combine),
+    })
 }
 
 /// Device bytes of split-KV's partial results: an f32 output row and log-sum-exp per split and

@@ -89,7 +89,9 @@ pub struct AttnParams {
     /// `partial_lse` instead of `o` / `lse`, and the combine kernel merges the splits.
     pub splits: u32,
     /// Split-KV partial outputs (f32): split `s`, row `r` (a log-sum-exp index, [`lse_index`]),
-    /// column `c` at `(s·partial_rows + r)·head_dim + c`.
+    /// column `c` at `(s·partial_rows + r)·head_dim + c`. The tensor-core kernel writes these and
+    /// `partial_lse` instead of `o` and `lse` when `splits > 1`; the Hopper kernel whenever this
+    /// is set (not 0; a step of context-parallel attention, one split).
     pub partial_o: u64,
     /// Split-KV partial log-sum-exps (f32): split `s`, row `r` at `s·partial_rows + r`.
     pub partial_lse: u64,

@@ -8,6 +8,7 @@
 
 mod backward;
 mod cases;
+mod context_parallel;
 mod explain;
 mod holes;
 mod paged;

@@ -5,6 +5,7 @@
 
 mod attention;
 mod backward;
+mod context_parallel;
 mod holes;
 mod hopper;
 mod runtime;
@@ -43,9 +44,29 @@ fn main() {
         .chain(hopper::TESTS)
         .copied()
         .collect();
+    // The multi-GPU tests need two GPUs or more: with fewer they are listed as ignored
+    // (`FLASHATTN_REQUIRE_GPUS=2` turns that into a failure, for the two-GPU machine).
+    let gpus = Device::count().unwrap_or(0);
+    let require_multi =
+        std::env::var("FLASHATTN_REQUIRE_GPUS").is_ok_and(|v| v.parse().is_ok_and(|n: usize| n >= 2));
+    if device.is_ok() && gpus < 2 {
+        if require_multi {
+            eprintln!("FLASHATTN_REQUIRE_GPUS asks for 2 GPUs, this machine has {gpus}");
+            std::process::exit(1);
+        }
+        eprintln!("multi-GPU tests skipped (shown as ignored): {gpus} GPU");
+    }
+    let multi = tests.len();
+    let tests: Vec<(&'static str, GpuTest)> =
+        tests.into_iter().chain(context_parallel::TESTS.iter().copied()).collect();
     let trials = tests
         .into_iter()
-        .map(|(name, body)| match &device {
+        .enumerate()
+        .map(|(i, (name, body))| match &device {
+            Ok(_) if i >= multi && gpus < 2 => {
+                Trial::test(name, move || Err(Failed::from(format!("needs 2 GPUs, found {gpus}"))))
+                    .with_ignored_flag(true)
+            }
             Ok(dev) => {
                 let dev = Arc::clone(dev);
                 Trial::test(name, move || body(&dev).map_err(Failed::from))

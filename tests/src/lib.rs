@@ -5,11 +5,13 @@
 //!   baseline), both independent of the online-softmax recurrence they check;
 //! - [`case`]: a problem with its inputs and references, random ([`Case::random`]) or given;
 //! - [`tolerance`]: the rule an output must meet ([`check`]);
-//! - [`strategy`]: proptest strategies for shapes, options and input distributions.
+//! - [`strategy`]: proptest strategies for shapes, options and input distributions;
+//! - [`shard`]: context-parallel (zigzag) shards of host buffers and back.
 
 pub mod case;
 pub mod grad;
 pub mod oracle;
+pub mod shard;
 pub mod strategy;
 pub mod tolerance;
 

@@ -14,6 +14,10 @@
 //!    repacked, no shared-memory round trip) and V by descriptor (N-major), then releases the
 //!    V stage.
 //!
+//! With `partial_o` set (a step of context-parallel attention) the normalised rows and their
+//! log-sum-exps are written in f32 to the partial buffers instead of O and the log-sum-exp, for
+//! the combine kernel to merge ([`super::combine`]).
+//!
 //! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
 //! partial tiles and padded head dims need no predication on the loads.
@@ -336,6 +340,29 @@ unsafe fn flash_fwd_wgmma<
         let res = st.finish(a.scale_log2);
         let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
         if row >= seq.len_q {
+            continue;
+        }
+        if a.partial_o != 0 {
+            // Partial results (one step of context-parallel attention): the normalised row and
+            // its log-sum-exp in f32, merged later by the combine kernel.
+            let idx = seq.lse_index(a, h, row);
+            if t4 == 0 {
+                // SAFETY: row `idx` of the partial log-sum-exps (host sizing).
+                unsafe { global::store_f32(a.partial_lse + 4 * idx, res.lse) };
+            }
+            let row_addr = a.partial_o + 4 * idx * d as u64;
+            for (panel, op) in o.iter().enumerate() {
+                for dt in 0..8 {
+                    let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
+                    if col < d {
+                        let x =
+                            [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
+                        // SAFETY: columns col, col + 1 < d of partial row `idx` (host sizing),
+                        // 8-byte aligned.
+                        unsafe { global::store_f32x2(row_addr + 4 * col as u64, x) };
+                    }
+                }
+            }
             continue;
         }
         if t4 == 0 && a.lse != 0 {

@@ -1,0 +1,629 @@
+//! Context-parallel ("ring") attention: one sequence spread over several GPUs.
+//!
+//! Each of `P` GPUs (ranks) holds a shard of Q, K and V — the same token positions of each —
+//! and produces that shard of O (and the log-sum-exp). The K/V shards travel around a ring:
+//! at step `s` rank `r` holds the block of rank `(r − s) mod P`, attends its own queries to it
+//! with the library's kernels (the fastest path for the shape, as [`crate::Method::Auto`]
+//! picks), while the next block travels to it on a separate stream (peer copies on the copy
+//! engines, ordered by events). Each step writes its normalised output and log-sum-exp in
+//! **f32** into a slot of a partial buffer; at the end the split-KV combine kernel merges the
+//! slots by log-sum-exp, in f32, and writes O in the input dtype once. No partial result is
+//! ever rounded to 16 bits, so the error does not grow with the ring size.
+//!
+//! **Layout (zigzag).** Each sequence of `N` tokens is cut into `2P` chunks of `c = N / 2P`;
+//! rank `r` holds chunks `r` and `2P − 1 − r`, in that order ([`zigzag_chunks`],
+//! [`shard_tokens`]). With a causal mask every rank then does the same work at every step:
+//! at step 0 its block is its own (causal); from a rank `src < r` both local chunks see all of
+//! chunk `src` and nothing of chunk `2P − 1 − src`; from `src > r` the local chunk `2P − 1 − r`
+//! sees the whole block and chunk `r` nothing ([`schedule`]). Without a mask any equal split
+//! works; the zigzag one is accepted too.
+//!
+//! The schedule is a pure function, checked on the CPU against the mask it must reproduce
+//! (every visible (query, key) pair exactly once, nothing else); the GPU tests compare the
+//! sharded result with single-GPU attention by the f64 oracle.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaEvent, CudaStream, result as cu, sys};
+
+use crate::attention::{DeviceTensor, DeviceTensorMut, Io, PartialRows, attn_params};
+use crate::buffer::{DType, DeviceBuffer, Element};
+use crate::device::{Device, LaunchShape};
+use crate::error::{DriverContext, Error, InvalidInput, Result, RingError};
+use crate::external::required_alignment;
+use crate::plan::{Plan, Reason};
+use crate::problem::{AttentionOptions, Layout, Method, Problem};
+
+/// The two chunks (of `2·ranks`) of every sequence that rank `rank` holds, in shard order.
+pub const fn zigzag_chunks(rank: usize, ranks: usize) -> [usize; 2] {
+    [rank, 2 * ranks - 1 - rank]
+}
+
+/// The token positions of a sequence of `seqlen` tokens that rank `rank` of `ranks` holds, in
+/// shard order (the zigzag layout: chunks [`zigzag_chunks`] of `seqlen / (2·ranks)` tokens).
+/// `None` when `seqlen` is not a multiple of `2·ranks` or `rank ≥ ranks`.
+pub fn shard_tokens(rank: usize, ranks: usize, seqlen: usize) -> Option<[Range<usize>; 2]> {
+    let parts = ranks.checked_mul(2)?;
+    if rank >= ranks || parts == 0 || seqlen % parts != 0 {
+        return None;
+    }
+    let c = seqlen / parts;
+    Some(zigzag_chunks(rank, ranks).map(|k| k * c..(k + 1) * c))
+}
+
+/// One attention launch of a ring step: local query rows `q_rows` of the shard against rows
+/// `k_rows` of the K/V block in hand, with or without the causal mask (bottom-right aligned),
+/// writing partial-result slot `slot` of its query part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepWork {
+    /// Local query rows (a query part: the whole shard, or one of its two chunks).
+    pub q_rows: Range<usize>,
+    /// Rows of the block in hand.
+    pub k_rows: Range<usize>,
+    /// Whether the causal mask applies (only at step 0, the rank's own block).
+    pub causal: bool,
+    /// The how-many-th contribution to these query rows this is (each launch writes its rows'
+    /// results to the next free partial slots: one for the Hopper kernel, two for the
+    /// `mma.sync` kernel, which writes partial results only when it splits the keys).
+    pub slot: usize,
+}
+
+/// The work of rank `rank` of `ranks` at every step, for shards of `shard_len` tokens: step `s`
+/// attends to the block of rank `(rank − s) mod ranks`. Causal shards are zigzag (two chunks of
+/// `shard_len / 2`, which must be even); see the module docs.
+pub fn schedule(rank: usize, ranks: usize, shard_len: usize, causal: bool) -> Vec<Vec<StepWork>> {
+    let work = |q: Range<usize>, k: Range<usize>, causal: bool, slot: usize| StepWork {
+        q_rows: q,
+        k_rows: k,
+        causal,
+        slot,
+    };
+    let l = shard_len;
+    if !causal {
+        return (0..ranks).map(|s| vec![work(0..l, 0..l, false, s)]).collect();
+    }
+    let c = l / 2;
+    let (first, second) = (0..c, c..l);
+    let mut slots = [0usize; 2];
+    let mut next = |part: usize| {
+        let s = slots[part];
+        slots[part] += 1;
+        s
+    };
+    (0..ranks)
+        .map(|s| {
+            let src = (rank + ranks - s) % ranks;
+            if s == 0 {
+                vec![
+                    work(first.clone(), first.clone(), true, next(0)),
+                    work(second.clone(), 0..l, true, next(1)),
+                ]
+            } else if src < rank {
+                vec![
+                    work(first.clone(), first.clone(), false, next(0)),
+                    work(second.clone(), first.clone(), false, next(1)),
+                ]
+            } else {
+                vec![work(second.clone(), 0..l, false, next(1))]
+            }
+        })
+        .collect()
+}
+
+/// How the K/V blocks travel between the GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Peer-to-peer copies (`cuMemcpyPeerAsync`) on the copy engines, one process: they take
+    /// no SMs from the attention kernels.
+    #[default]
+    PeerCopy,
+}
+
+/// One rank's tensors: its shard of Q, K, V (the same token positions of each), its shard of O
+/// (written) and optionally the log-sum-exp of its rows (written; `(batch, heads, shard_len)`).
+/// Every buffer must belong to the rank's [`Device`].
+#[derive(Debug)]
+pub struct Shard<'a, T> {
+    /// Queries, `(batch, shard_len, heads, d)`.
+    pub q: DeviceTensor<'a, T>,
+    /// Keys, `(batch, shard_len, heads_kv, d)`, dense (no gaps: it travels as one copy).
+    pub k: DeviceTensor<'a, T>,
+    /// Values, K's layout.
+    pub v: DeviceTensor<'a, T>,
+    /// The output, Q's shape.
+    pub out: DeviceTensorMut<'a, T>,
+    /// The log-sum-exp of the shard's rows, if wanted.
+    pub lse: Option<&'a mut DeviceBuffer<f32>>,
+}
+
+/// What a context-parallel call ran.
+#[derive(Clone, Debug)]
+pub struct RingPlan {
+    /// GPUs in the ring.
+    pub ranks: usize,
+    /// How the blocks travelled.
+    pub transport: Transport,
+    /// Whether the GPUs reach each other's memory directly (NVLink or PCIe peer access);
+    /// without it the driver stages peer copies through the host.
+    pub peer_access: bool,
+    /// The plan of each launch of rank 0's first step (the method the steps run).
+    pub step_plans: Vec<Plan>,
+    /// Device memory each rank allocates for the call, bytes: the f32 partial results (slots ×
+    /// rows × (d + 1) × 4, with a slot per step and query part, two on the `mma.sync` kernel)
+    /// and the K/V blocks in flight (two, or one for two ranks).
+    pub scratch_bytes: u64,
+}
+
+/// A ring of GPUs for context-parallel attention, rank `r` on `devices[r]`.
+pub struct Ring {
+    devices: Vec<Device>,
+    /// Per rank: the stream its incoming K/V blocks are copied on.
+    comm: Vec<Arc<CudaStream>>,
+    peer_access: bool,
+    /// Per rank: an event recorded after its last call's work (for bounded waits).
+    done: std::sync::Mutex<Vec<CudaEvent>>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("devices", &self.devices)
+            .field("peer_access", &self.peer_access)
+            .finish()
+    }
+}
+
+impl Ring {
+    /// A ring over `devices` (at least two, on different GPUs). Enables peer access between
+    /// every pair where the hardware allows it.
+    pub fn new(devices: Vec<Device>) -> Result<Ring> {
+        let ranks = devices.len();
+        if ranks < 2 {
+            return Err(RingError::TooFewRanks { ranks }.into());
+        }
+        for (i, a) in devices.iter().enumerate() {
+            if let Some(b) = devices[..i].iter().find(|b| b.props().ordinal == a.props().ordinal) {
+                return Err(RingError::SameDevice { ordinal: b.props().ordinal }.into());
+            }
+        }
+        let mut peer_access = true;
+        for a in &devices {
+            for b in &devices {
+                if a.props().ordinal != b.props().ordinal {
+                    peer_access &= enable_peer_access(a, b)?;
+                }
+            }
+        }
+        let comm = devices
+            .iter()
+            .map(|d| d.stream().context().new_stream().context("creating a ring copy stream"))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Ring { devices, comm, peer_access, done: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// GPUs in the ring.
+    pub fn ranks(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The device of rank `rank` (to allocate its shards).
+    pub fn device(&self, rank: usize) -> Option<&Device> {
+        self.devices.get(rank)
+    }
+
+    /// Whether every pair of GPUs has peer access.
+    pub fn peer_access(&self) -> bool {
+        self.peer_access
+    }
+
+    /// Context-parallel attention: `shards[r]` on rank `r`'s device (see the module docs for the
+    /// zigzag layout causal attention needs). Supports f16 and bf16, causal or not, grouped K/V
+    /// heads, any head dim the tensor-core kernels run, the options' scale, method and tiles;
+    /// variable-length batches, windows, soft-capping, ALiBi, K/V caches and `splits` are
+    /// refused ([`RingError::Feature`]). Everything is checked before anything runs; the work
+    /// is queued on each device's stream (wait with [`Ring::synchronize`]).
+    pub fn attention<T: Element>(
+        &self,
+        shards: &mut [Shard<'_, T>],
+        opts: &AttentionOptions,
+    ) -> Result<RingPlan> {
+        let ranks = self.ranks();
+        let dtype = T::DTYPE;
+        let setup = self.check(shards, opts)?;
+        let Setup { problem, kv_layout, schedules, step_problems, parts, slots } = setup;
+        let elem = dtype.size_bytes() as u64;
+        let (q_layout, d) = (*problem.q(), problem.head_dim());
+        let rows = problem.lse_len() as u64;
+        let kv_elems = kv_layout.required_len().unwrap_or(0);
+        let partial_bytes = 4 * slots as u64 * rows * (d as u64 + 1);
+        let in_flight = (ranks - 1).min(2);
+        let scratch_bytes = partial_bytes + in_flight as u64 * 2 * kv_elems as u64 * elem;
+        let step_plans = step_problems[0].first().map(|s| s.iter().map(|l| l.plan.clone()).collect());
+        let ring_plan = RingPlan {
+            ranks,
+            transport: Transport::PeerCopy,
+            peer_access: self.peer_access,
+            step_plans: step_plans.unwrap_or_default(),
+            scratch_bytes,
+        };
+        if problem.is_empty() {
+            return Ok(ring_plan);
+        }
+
+        // Per rank: the partial results and the K/V blocks in flight.
+        struct RankBufs<T> {
+            partial: DeviceBuffer<f32>,
+            blocks: Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>,
+        }
+        let mut bufs = Vec::with_capacity(ranks);
+        for dev in &self.devices {
+            let partial = dev.alloc::<f32>(slots * rows as usize * (d + 1))?;
+            let blocks = (0..in_flight)
+                .map(|_| Ok((dev.alloc::<T>(kv_elems)?, dev.alloc::<T>(kv_elems)?)))
+                .collect::<Result<Vec<_>>>()?;
+            bufs.push(RankBufs { partial, blocks });
+        }
+        let event = |stream: &Arc<CudaStream>| {
+            stream
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .context("recording a ring event")
+        };
+        // The inputs and the new buffers are ready in each device's stream order.
+        let start = self.devices.iter().map(|d| event(d.stream())).collect::<Result<Vec<_>>>()?;
+        for (comm, ev) in self.comm.iter().zip(&start) {
+            comm.wait(ev).context("ordering a ring copy")?;
+        }
+        // The address of the block rank `r` holds at step `s`.
+        let block = |r: usize, s: usize| -> (u64, u64) {
+            if s == 0 {
+                (shards[r].k.buf.device_address(), shards[r].v.buf.device_address())
+            } else {
+                let (k, v) = &bufs[r].blocks[(s - 1) % in_flight];
+                (k.device_address(), v.device_address())
+            }
+        };
+        let kv_bytes = kv_elems * elem as usize;
+        let lse_addr: Vec<u64> =
+            shards.iter().map(|s| s.lse.as_ref().map_or(0, |l| l.device_address())).collect();
+        let out_addr: Vec<u64> = shards.iter().map(|s| s.out.buf.device_address()).collect();
+        let q_addr: Vec<u64> = shards.iter().map(|s| s.q.buf.device_address()).collect();
+        let partial_at = |r: usize, slot: usize, row: usize| {
+            let base = bufs[r].partial.device_address();
+            let lse_base = base + 4 * (slots as u64 * rows * d as u64);
+            let at = slot as u64 * rows + row as u64;
+            (base + 4 * at * d as u64, lse_base + 4 * at)
+        };
+        let mut copied: Vec<Vec<CudaEvent>> = (0..ranks).map(|_| Vec::new()).collect();
+        let mut computed: Vec<Vec<CudaEvent>> = (0..ranks).map(|_| Vec::new()).collect();
+        for s in 0..ranks {
+            // The blocks of step s + 1: rank r's block (of step s) goes to rank r + 1.
+            if s + 1 < ranks {
+                for r in 0..ranks {
+                    let dst = (r + 1) % ranks;
+                    let comm = &self.comm[dst];
+                    if s >= 1 {
+                        // The block rank r holds arrived...
+                        comm.wait(&copied[r][s - 1]).context("ordering a ring copy")?;
+                    }
+                    if s >= 2 {
+                        // ...and rank dst is done with the buffer this copy overwrites.
+                        comm.wait(&computed[dst][s - 1]).context("ordering a ring copy")?;
+                    }
+                    let (src_k, src_v) = block(r, s);
+                    let (dst_k, dst_v) = block(dst, s + 1);
+                    let (src_ctx, dst_ctx) = (
+                        self.devices[r].stream().context().cu_ctx(),
+                        self.devices[dst].stream().context().cu_ctx(),
+                    );
+                    comm.context().bind_to_thread().context("binding a context")?;
+                    for (from, to) in [(src_k, dst_k), (src_v, dst_v)] {
+                        // SAFETY: both addresses hold `kv_bytes` (the shard's dense K/V, or a
+                        // block buffer of the same length), alive until the streams that read
+                        // and write them are done (they are freed in stream order after the
+                        // final waits below).
+                        unsafe {
+                            cu::memcpy_peer_async(dst_ctx, to, src_ctx, from, kv_bytes, comm.cu_stream())
+                        }
+                        .context("copying a K/V block to the next GPU")?;
+                    }
+                    copied[dst].push(event(comm)?);
+                }
+            }
+            for r in 0..ranks {
+                let dev = &self.devices[r];
+                let stream = dev.stream();
+                if s >= 1 {
+                    stream.wait(&copied[r][s - 1]).context("waiting for a K/V block")?;
+                }
+                let (k_addr, v_addr) = block(r, s);
+                for (w, l) in schedules[r][s].iter().zip(&step_problems[r][s]) {
+                    let (po, pl) = partial_at(r, l.first_slot, w.q_rows.start);
+                    let io = Io {
+                        q: q_addr[r] + elem * (w.q_rows.start * q_layout.seq_stride) as u64,
+                        k: k_addr + elem * (w.k_rows.start * kv_layout.seq_stride) as u64,
+                        v: v_addr + elem * (w.k_rows.start * kv_layout.seq_stride) as u64,
+                        o: 0,
+                        lse: 0,
+                        partial: Some(PartialRows {
+                            o: po,
+                            lse: pl,
+                            rows,
+                            lse_seq_stride: q_layout.seqlen as u32,
+                        }),
+                    };
+                    dev.run_kernels(stream, dtype, &l.sub, io, &l.plan)?;
+                }
+                computed[r].push(event(stream)?);
+            }
+        }
+        // Merge each query part's slots into O (and the log-sum-exp).
+        for r in 0..ranks {
+            let dev = &self.devices[r];
+            let out_layout = shards[r].out.layout;
+            for (q_rows, slots) in &parts[r] {
+                let (q_rows, slots) = (q_rows.clone(), *slots);
+                // Step 0 attends every query part (to the rank's own block).
+                let found =
+                    step_problems[r][0].iter().zip(&schedules[r][0]).find(|(_, w)| w.q_rows == q_rows);
+                let Some((l, _)) = found else { continue };
+                let (sub, plan) = (&l.sub, &l.plan);
+                let family = plan.main_launch().and_then(|l| l.kernel).map(|k| k.info().family);
+                let Some(family) = family else { continue };
+                let launch = crate::plan::combine_launch(plan.method, dev.props(), family, sub)?;
+                let (po, pl) = partial_at(r, 0, q_rows.start);
+                let io = Io {
+                    q: 0,
+                    k: 0,
+                    v: 0,
+                    o: out_addr[r] + elem * (q_rows.start * out_layout.seq_stride) as u64,
+                    lse: if lse_addr[r] == 0 { 0 } else { lse_addr[r] + 4 * q_rows.start as u64 },
+                    partial: Some(PartialRows {
+                        o: po,
+                        lse: pl,
+                        rows,
+                        lse_seq_stride: q_layout.seqlen as u32,
+                    }),
+                };
+                let mut params = attn_params(sub, io, None, 0);
+                params.splits = slots as u32;
+                let shape = LaunchShape {
+                    grid: launch.grid,
+                    block: (launch.threads, 1, 1),
+                    shared_bytes: launch.shared_bytes,
+                };
+                let Some(kernel) = launch.kernel else { continue };
+                // SAFETY: `slots` slots of `rows` partial rows were written by this call's
+                // steps for every row of the part; O and the log-sum-exp are the validated
+                // shard's, addressed at the part's first row with the shard's row stride.
+                unsafe { dev.launch_on(dev.stream().cu_stream(), kernel, shape, &params) }?;
+            }
+        }
+        // The buffers are freed on each device's stream: after every copy that reads them.
+        let mut done = Vec::with_capacity(ranks);
+        for r in 0..ranks {
+            let stream = self.devices[r].stream();
+            let next = (r + 1) % ranks;
+            if let Some(last) = copied[next].last() {
+                stream.wait(last).context("waiting for the ring's copies")?;
+            }
+            done.push(event(stream)?);
+        }
+        drop(bufs);
+        if let Ok(mut d) = self.done.lock() {
+            *d = done;
+        }
+        Ok(ring_plan)
+    }
+
+    /// Waits for the ring's work, at most `timeout`: [`Error::Timeout`] if a GPU has not
+    /// finished by then (a hung or failed peer), the first driver error otherwise.
+    pub fn synchronize(&self, timeout: Duration) -> Result<()> {
+        let began = Instant::now();
+        let done = self.done.lock().map(|d| d.iter().map(|e| e.cu_event()).collect::<Vec<_>>());
+        let events = done.unwrap_or_default();
+        for (r, ev) in events.iter().enumerate() {
+            self.devices[r].stream().context().bind_to_thread().context("binding a context")?;
+            loop {
+                // SAFETY: the event is alive (owned by `self.done`, replaced only by a later call
+                // on this `Ring`, which takes `&self` too but runs on this thread or after).
+                match unsafe { sys::cuEventQuery(*ev) } {
+                    sys::CUresult::CUDA_SUCCESS => break,
+                    sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                    e => {
+                        return Err(Error::Driver {
+                            context: "waiting for the ring",
+                            source: cu::DriverError(e),
+                        });
+                    }
+                }
+                if began.elapsed() > timeout {
+                    return Err(Error::Timeout { what: "the ring's attention", waited: began.elapsed() });
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        for d in &self.devices {
+            d.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Validates a call and plans every launch, before anything runs.
+    fn check<T: Element>(&self, shards: &[Shard<'_, T>], opts: &AttentionOptions) -> Result<Setup> {
+        let ranks = self.ranks();
+        if shards.len() != ranks {
+            return Err(RingError::ShardCount { ranks, shards: shards.len() }.into());
+        }
+        let feature = |feature| Err(Error::from(RingError::Feature { feature }));
+        if opts.varlen.is_some() {
+            return feature("variable-length batches");
+        }
+        if !opts.window.is_none() {
+            return feature("sliding windows");
+        }
+        if opts.softcap.is_some() {
+            return feature("soft-capping");
+        }
+        if opts.alibi_slopes.is_some() {
+            return feature("ALiBi");
+        }
+        if opts.cache_seqlens.is_some() || opts.block_table.is_some() {
+            return feature("K/V caches");
+        }
+        if opts.splits.is_some() {
+            return feature("split-KV (each step is one split already)");
+        }
+        if !matches!(T::DTYPE, DType::F16 | DType::BF16) {
+            return Err(RingError::DType { dtype: T::DTYPE }.into());
+        }
+        for (r, (dev, s)) in self.devices.iter().zip(shards).enumerate() {
+            let _ = r;
+            for (what, buf) in [("q", s.q.buf), ("k", s.k.buf), ("v", s.v.buf)] {
+                dev.owns(what, buf)?;
+            }
+            dev.owns("out", s.out.buf)?;
+            if let Some(l) = &s.lse {
+                dev.owns("lse", l)?;
+            }
+        }
+        let first = &shards[0];
+        let shape = |l: &Layout| (l.batch, l.seqlen, l.heads, l.head_dim);
+        for (rank, s) in shards.iter().enumerate() {
+            for (tensor, a, b) in
+                [("q", &s.q.layout, &first.q.layout), ("out", &s.out.layout, &first.out.layout)]
+            {
+                if shape(a) != shape(b) {
+                    return Err(RingError::ShardShapes { rank, tensor }.into());
+                }
+            }
+            // The blocks travel with their sender's layout into buffers read with the receiver's.
+            for (tensor, a, b) in [("k", &s.k.layout, &first.k.layout), ("v", &s.v.layout, &first.k.layout)] {
+                if a != b {
+                    return Err(RingError::ShardShapes { rank, tensor }.into());
+                }
+            }
+        }
+        let kv_layout = first.k.layout;
+        let dense = kv_layout.batch * kv_layout.seqlen * kv_layout.heads * kv_layout.head_dim;
+        if kv_layout.required_len() != Some(dense) || kv_layout.overlaps() {
+            return Err(RingError::KvNotDense {
+                strides: [kv_layout.batch_stride, kv_layout.seq_stride, kv_layout.head_stride],
+            }
+            .into());
+        }
+        for (tensor, l) in [("q", &first.q.layout), ("out", &first.out.layout)] {
+            if required_alignment(T::DTYPE, l) != 16 {
+                return Err(RingError::Unaligned { tensor }.into());
+            }
+        }
+        let (lq, lk) = (first.q.layout.seqlen, kv_layout.seqlen);
+        if opts.causal && (lq != lk || lq % 2 != 0) {
+            return Err(RingError::CausalShard { seqlen_q: lq, seqlen_k: lk }.into());
+        }
+        // The whole shard, validated as one call (buffers, heads, groups, log-sum-exp length).
+        let mut problems = Vec::with_capacity(ranks);
+        for s in shards {
+            let lens = [s.q.buf.len(), s.k.buf.len(), s.v.buf.len(), s.out.buf.len()];
+            let p = Problem::new(s.q.layout, s.k.layout, s.v.layout, s.out.layout, lens, opts)?;
+            p.check_lse_len(s.lse.as_ref().map(|l| l.len()))?;
+            problems.push(p);
+        }
+        let problem = problems.swap_remove(0);
+        let step_opts = AttentionOptions { scale: Some(problem.scale()), splits: Some(1), ..opts.clone() };
+        let mut schedules = Vec::with_capacity(ranks);
+        let mut step_problems = Vec::with_capacity(ranks);
+        let mut parts = Vec::with_capacity(ranks);
+        for (r, (dev, s)) in self.devices.iter().zip(shards).enumerate() {
+            let sched = schedule(r, ranks, lq, opts.causal);
+            // Per query part: the partial slots its launches use.
+            let mut used: Vec<(Range<usize>, usize)> = Vec::new();
+            let mut per_step = Vec::with_capacity(ranks);
+            for works in &sched {
+                let mut launches = Vec::with_capacity(works.len());
+                for w in works {
+                    let part = |l: &Layout, rows: &Range<usize>| Layout { seqlen: rows.len(), ..*l };
+                    let (q, k) = (part(&s.q.layout, &w.q_rows), part(&kv_layout, &w.k_rows));
+                    let o = part(&s.out.layout, &w.q_rows);
+                    let lens = [q, k, k, o].map(|l| l.required_len().unwrap_or(0));
+                    let o_opts = AttentionOptions { causal: w.causal, ..step_opts.clone() };
+                    let sub = Problem::new(q, k, k, o, lens, &o_opts)?;
+                    let mut plan = crate::plan::plan(dev.props(), T::DTYPE, &sub, &o_opts)?;
+                    if plan.method == Method::FlashTensorCore {
+                        // The `mma.sync` kernel writes partial results only when it splits the
+                        // keys: two splits, two slots.
+                        let split =
+                            AttentionOptions { method: Method::FlashTensorCore, splits: Some(2), ..o_opts };
+                        plan = crate::plan::plan(dev.props(), T::DTYPE, &sub, &split)?;
+                    }
+                    let slots = match plan.method {
+                        Method::FlashHopper if plan.splits == 1 => 1,
+                        Method::FlashTensorCore if plan.splits == 2 => 2,
+                        method => {
+                            return Err(InvalidInput::Unsupported { method, reason: Reason::NoSplitKv }.into());
+                        }
+                    };
+                    // The part's slots so far: this launch writes the next `slots`.
+                    let first_slot = match used.iter_mut().find(|(rows, _)| *rows == w.q_rows) {
+                        Some((_, n)) => std::mem::replace(n, *n + slots),
+                        None => {
+                            used.push((w.q_rows.clone(), slots));
+                            0
+                        }
+                    };
+                    launches.push(Launch { sub, plan, first_slot });
+                }
+                per_step.push(launches);
+            }
+            schedules.push(sched);
+            step_problems.push(per_step);
+            parts.push(used);
+        }
+        let slots = parts.iter().flatten().map(|(_, n)| *n).max().unwrap_or(0);
+        Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots })
+    }
+}
+
+/// One launch of a ring step: its sub-problem (a query part against rows of the block), its
+/// plan, and the first partial slot it writes (it writes `plan.splits`).
+struct Launch {
+    sub: Problem,
+    plan: Plan,
+    first_slot: usize,
+}
+
+/// A validated call: rank 0's whole-shard problem, the K/V layout every rank shares, per rank
+/// and step the schedule's launches, per rank the query parts with their slot counts, and the
+/// most slots any part uses.
+struct Setup {
+    problem: Problem,
+    kv_layout: Layout,
+    schedules: Vec<Vec<Vec<StepWork>>>,
+    step_problems: Vec<Vec<Vec<Launch>>>,
+    parts: Vec<Vec<(Range<usize>, usize)>>,
+    slots: usize,
+}
+
+/// Enables `a`'s access to `b`'s memory; whether the hardware allows it.
+fn enable_peer_access(a: &Device, b: &Device) -> Result<bool> {
+    let (ca, cb) = (a.stream().context(), b.stream().context());
+    let mut can = 0;
+    // SAFETY: valid out-pointer and device handles.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, ca.cu_device(), cb.cu_device()) }
+        .result()
+        .context("asking whether two GPUs can access each other's memory")?;
+    if can == 0 {
+        return Ok(false);
+    }
+    ca.bind_to_thread().context("binding a context")?;
+    // SAFETY: `cb` is a live context of another device.
+    match unsafe { sys::cuCtxEnablePeerAccess(cb.cu_ctx(), 0) } {
+        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+        e => Err(Error::Driver {
+            context: "enabling peer access between two GPUs",
+            source: cu::DriverError(e),
+        }),
+    }
+}
