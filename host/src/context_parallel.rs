@@ -151,7 +151,8 @@ pub struct RingPlan {
     pub peer_access: bool,
     /// The plan of each launch of rank 0's first step (the method the steps run).
     pub step_plans: Vec<Plan>,
-    /// Device memory each rank allocates for the call, bytes: the f32 partial results (slots ×
+    /// Device memory each rank needs for the call (kept by the [`Ring`] for the next call until
+    /// [`Ring::free_scratch`]), bytes: the f32 partial results (slots ×
     /// rows × (d + 1) × 4, with a slot per step and query part, two on the `mma.sync` kernel)
     /// and the K/V blocks in flight (two, or one for two ranks).
     pub scratch_bytes: u64,
@@ -165,6 +166,9 @@ pub struct Ring {
     peer_access: bool,
     /// Per rank: an event recorded after its last call's work (for bounded waits).
     done: std::sync::Mutex<Vec<CudaEvent>>,
+    /// Per rank: the partial results and K/V blocks of the last call, kept for the next one
+    /// (allocating and mapping them again costs about 4 ms per GB); locked during a call.
+    scratch: std::sync::Mutex<Vec<Option<DeviceBuffer<u8>>>>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -201,7 +205,8 @@ impl Ring {
             .iter()
             .map(|d| d.stream().context().new_stream().context("creating a ring copy stream"))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Ring { devices, comm, peer_access, done: std::sync::Mutex::new(Vec::new()) })
+        let scratch = std::sync::Mutex::new(devices.iter().map(|_| None).collect());
+        Ok(Ring { devices, comm, peer_access, done: std::sync::Mutex::new(Vec::new()), scratch })
     }
 
     /// GPUs in the ring.
@@ -212,6 +217,15 @@ impl Ring {
     /// The device of rank `rank` (to allocate its shards).
     pub fn device(&self, rank: usize) -> Option<&Device> {
         self.devices.get(rank)
+    }
+
+    /// Frees the scratch memory the ring keeps between calls (the f32 partial results and the
+    /// K/V blocks of the largest call so far, [`RingPlan::scratch_bytes`] per GPU), in each
+    /// device's stream order.
+    pub fn free_scratch(&self) {
+        if let Ok(mut s) = self.scratch.lock() {
+            s.iter_mut().for_each(|b| *b = None);
+        }
     }
 
     /// Whether every pair of GPUs has peer access.
@@ -253,19 +267,22 @@ impl Ring {
             return Ok(ring_plan);
         }
 
-        // Per rank: the partial results and the K/V blocks in flight.
-        struct RankBufs<T> {
-            partial: DeviceBuffer<f32>,
-            blocks: Vec<(DeviceBuffer<T>, DeviceBuffer<T>)>,
+        // Per rank: the partial results and the K/V blocks in flight, in the ring's kept
+        // scratch (grown when too small; reused in stream order by the next call).
+        let align = |x: u64| x.next_multiple_of(256);
+        let kv_bytes = kv_elems * elem as usize;
+        let block_bytes = align(kv_bytes as u64);
+        let needed = align(partial_bytes) + in_flight as u64 * 2 * block_bytes;
+        let mut scratch = self.scratch.lock().map_err(|_| RingError::Poisoned)?;
+        for (dev, buf) in self.devices.iter().zip(scratch.iter_mut()) {
+            if buf.as_ref().is_none_or(|b| (b.len() as u64) < needed) {
+                *buf = None;
+                *buf = Some(dev.alloc_scratch(needed, needed, || {
+                    "context-parallel partial results and K/V blocks".into()
+                })?);
+            }
         }
-        let mut bufs = Vec::with_capacity(ranks);
-        for dev in &self.devices {
-            let partial = dev.alloc::<f32>(slots * rows as usize * (d + 1))?;
-            let blocks = (0..in_flight)
-                .map(|_| Ok((dev.alloc::<T>(kv_elems)?, dev.alloc::<T>(kv_elems)?)))
-                .collect::<Result<Vec<_>>>()?;
-            bufs.push(RankBufs { partial, blocks });
-        }
+        let base: Vec<u64> = scratch.iter().map(|b| b.as_ref().map_or(0, |b| b.device_address())).collect();
         let event = |stream: &Arc<CudaStream>| {
             stream
                 .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
@@ -281,20 +298,18 @@ impl Ring {
             if s == 0 {
                 (shards[r].k.buf.device_address(), shards[r].v.buf.device_address())
             } else {
-                let (k, v) = &bufs[r].blocks[(s - 1) % in_flight];
-                (k.device_address(), v.device_address())
+                let k = base[r] + align(partial_bytes) + 2 * block_bytes * ((s - 1) % in_flight) as u64;
+                (k, k + block_bytes)
             }
         };
-        let kv_bytes = kv_elems * elem as usize;
         let lse_addr: Vec<u64> =
             shards.iter().map(|s| s.lse.as_ref().map_or(0, |l| l.device_address())).collect();
         let out_addr: Vec<u64> = shards.iter().map(|s| s.out.buf.device_address()).collect();
         let q_addr: Vec<u64> = shards.iter().map(|s| s.q.buf.device_address()).collect();
         let partial_at = |r: usize, slot: usize, row: usize| {
-            let base = bufs[r].partial.device_address();
-            let lse_base = base + 4 * (slots as u64 * rows * d as u64);
+            let lse_base = base[r] + 4 * (slots as u64 * rows * d as u64);
             let at = slot as u64 * rows + row as u64;
-            (base + 4 * at * d as u64, lse_base + 4 * at)
+            (base[r] + 4 * at * d as u64, lse_base + 4 * at)
         };
         let mut copied: Vec<Vec<CudaEvent>> = (0..ranks).map(|_| Vec::new()).collect();
         let mut computed: Vec<Vec<CudaEvent>> = (0..ranks).map(|_| Vec::new()).collect();
@@ -401,7 +416,8 @@ impl Ring {
                 unsafe { dev.launch_on(dev.stream().cu_stream(), kernel, shape, &params) }?;
             }
         }
-        // The buffers are freed on each device's stream: after every copy that reads them.
+        // The next call reuses the scratch in each device's stream order: after every copy that
+        // reads it.
         let mut done = Vec::with_capacity(ranks);
         for r in 0..ranks {
             let stream = self.devices[r].stream();
@@ -411,7 +427,7 @@ impl Ring {
             }
             done.push(event(stream)?);
         }
-        drop(bufs);
+        drop(scratch);
         if let Ok(mut d) = self.done.lock() {
             *d = done;
         }
@@ -562,7 +578,9 @@ impl Ring {
                         Method::FlashHopper if plan.splits == 1 => 1,
                         Method::FlashTensorCore if plan.splits == 2 => 2,
                         method => {
-                            return Err(InvalidInput::Unsupported { method, reason: Reason::NoSplitKv }.into());
+                            return Err(
+                                InvalidInput::Unsupported { method, reason: Reason::NoSplitKv }.into()
+                            );
                         }
                     };
                     // The part's slots so far: this launch writes the next `slots`.

@@ -567,6 +567,9 @@ pub enum RingError {
         /// What.
         feature: &'static str,
     },
+    /// A previous call panicked while holding the ring's scratch memory.
+    #[error("a previous call on this ring panicked; make a new Ring")]
+    Poisoned,
     /// Not f16 or bf16.
     #[error("{dtype:?} is not supported: the ring runs the tensor-core kernels (f16, bf16)")]
     DType {
