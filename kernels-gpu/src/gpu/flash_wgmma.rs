@@ -1,7 +1,8 @@
 //! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warp.
 //!
 //! A block owns `BM = 64·C` query rows of one (sequence, head): `C` consumer warpgroups of 64
-//! rows each, and one producer warp after them. The producer's first lane loads Q once and then
+//! rows each, and one producer warpgroup after them (its registers given to the consumers with
+//! `setmaxnreg`). The producer's first thread loads Q once and then
 //! streams the K and V tiles (`BN` keys each) through a ring of `NS` stages with TMA
 //! (`cp.async.bulk.tensor`, 128-byte swizzled panels of 64 columns); each load completes a
 //! *full* barrier with its bytes. A consumer warpgroup, per key tile:
@@ -22,7 +23,9 @@ use super::arch::global;
 use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
-use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
+use super::arch::thread::{
+    block_x, block_y, block_z, claim_registers, grid_dim_x, release_registers, sync_threads, thread_x,
+};
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
 use super::sequence::SeqView;
@@ -79,6 +82,13 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     }
 }
 
+/// Registers per thread of the producer warpgroup after it releases the rest, and of each
+/// consumer warpgroup after it claims them. `setmaxnreg` moves registers inside the block's own
+/// allocation (168 a thread at 384 threads: 64512), so the two must fit it exactly:
+/// 24·128 + 240·256 = 64512 (32 for the producer deadlocks: the consumers wait forever).
+const PRODUCER_REGISTERS: u32 = 24;
+const CONSUMER_REGISTERS: u32 = 240;
+
 /// The key tiles of a query tile: `[first, end)` of `BN`-key tiles.
 #[inline(always)]
 fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
@@ -95,7 +105,7 @@ fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32,
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
 /// [`WgmmaParams`] says with boxes of 64 columns × `BM` (Q) or `BN` (K, V) rows; launch with
-/// `128·C + 32` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory.
+/// `128·(C + 1)` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory.
 #[inline(always)]
 unsafe fn flash_fwd_wgmma<
     E: WgmmaElement,
@@ -144,6 +154,8 @@ unsafe fn flash_fwd_wgmma<
 
     let producer = tid >= (128 * C) as u32;
     if producer {
+        // The producer warpgroup needs few registers: it gives them to the consumers.
+        release_registers::<PRODUCER_REGISTERS>();
         if tid != (128 * C) as u32 {
             return;
         }
@@ -195,6 +207,7 @@ unsafe fn flash_fwd_wgmma<
     }
 
     // A consumer warpgroup: rows `64·wg ..` of the block; each warp 16 of them.
+    claim_registers::<CONSUMER_REGISTERS>();
     let wg = tid / 128;
     let lane = tid % 32;
     let warp_in_wg = (tid / 32) % 4;
@@ -210,14 +223,11 @@ unsafe fn flash_fwd_wgmma<
     unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), 0) };
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
 
-    for (i, j) in (j_begin..j_end).enumerate() {
+    // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
+    // (32 bytes apart inside a panel) and commits, without waiting for the products.
+    let issue_scores = |sc: &mut [f32; 64], i: usize| {
         let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let n0 = j * BN as u32;
         let k_tile = S::<D, BM, BN, NS>::k(base, s);
-        let v_tile = S::<D, BM, BN, NS>::v(base, s);
-
-        // S = Q·K_jᵀ: D/16 steps of k16, 32 bytes apart inside a panel.
-        let mut sc = [0.0f32; 64];
         // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
         unsafe {
             tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
@@ -226,15 +236,36 @@ unsafe fn flash_fwd_wgmma<
                 let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
                 let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
                 let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                E::ss_n128(&mut sc, qd, kd, (kk > 0) as u32);
+                E::ss_n128(sc, qd, kd, (kk > 0) as u32);
             }
             wgmma::commit();
-            wgmma::wait::<0>();
         }
-        wgmma::settle(&mut sc);
+    };
+    // Releases K stage `i % NS` once this warpgroup's products have read it.
+    let release_k = |i: usize| {
         if leader {
-            // SAFETY: an initialised barrier; this warpgroup's products have read the K stage.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, s)) };
+            // SAFETY: an initialised barrier.
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
+        }
+    };
+
+    // The first tile's scores; then each iteration issues the next tile's `Q·Kᵀ` before the
+    // softmax of the current one, so that the tensor cores work while the softmax runs.
+    let mut sc = [0.0f32; 64];
+    if j_begin < j_end {
+        issue_scores(&mut sc, 0);
+        wgmma::wait::<0>();
+        wgmma::settle(&mut sc);
+        release_k(0);
+    }
+    for (i, j) in (j_begin..j_end).enumerate() {
+        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+        let n0 = j * BN as u32;
+        let v_tile = S::<D, BM, BN, NS>::v(base, s);
+        let has_next = j + 1 < j_end;
+        let mut next = [0.0f32; 64];
+        if has_next {
+            issue_scores(&mut next, i + 1);
         }
 
         // Mask the tiles that cross the diagonal or the end of the keys.
@@ -317,15 +348,21 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
             wgmma::commit();
+            // Both groups: the next tile's scores and this tile's `P·V`.
             wgmma::wait::<0>();
         }
         for op in o.iter_mut() {
             wgmma::settle(op);
         }
+        wgmma::settle(&mut next);
         if leader {
-            // SAFETY: as above, for the V stage.
+            // SAFETY: an initialised barrier; the products have read the V stage.
             unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
         }
+        if has_next {
+            release_k(i + 1);
+        }
+        sc = next;
     }
 
     // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
