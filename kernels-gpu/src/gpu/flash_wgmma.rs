@@ -249,51 +249,92 @@ unsafe fn flash_fwd_wgmma<
         }
     };
 
-    // The first tile's scores; then each iteration issues the next tile's `Q·Kᵀ` before the
-    // softmax of the current one, so that the tensor cores work while the softmax runs.
-    let mut sc = [0.0f32; 64];
-    if j_begin < j_end {
-        issue_scores(&mut sc, 0);
-        wgmma::wait::<0>();
-        wgmma::settle(&mut sc);
-        release_k(0);
-    }
-    for (i, j) in (j_begin..j_end).enumerate() {
-        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let n0 = j * BN as u32;
-        let v_tile = S::<D, BM, BN, NS>::v(base, s);
-        let has_next = j + 1 < j_end;
-        let mut next = [0.0f32; 64];
-        if has_next {
-            issue_scores(&mut next, i + 1);
-        }
-
-        // Mask the tiles that cross the diagonal or the end of the keys.
-        let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
-        if n0 + BN as u32 > free_end {
-            for half in 0..2 {
-                let row = row_base + 8 * half as u32;
-                let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
-                for nt in 0..BN / 8 {
-                    for e in 0..2 {
-                        if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
-                            sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+    // The mask and the online softmax of one tile's scores (in place: scores become
+    // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
+    // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
+    // so that the arrays stay in registers at both uses.
+    let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
+    macro_rules! softmax_tile {
+        ($sc:ident, $j:expr) => {{
+            let n0 = $j * BN as u32;
+            // Mask the tiles that cross the diagonal or the end of the keys.
+            if n0 + BN as u32 > free_end {
+                for half in 0..2 {
+                    let row = row_base + 8 * half as u32;
+                    let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                    for nt in 0..BN / 8 {
+                        for e in 0..2 {
+                            if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                                $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                            }
                         }
                     }
                 }
             }
-        }
-
-        // The online softmax, as in the `mma.sync` kernel: rows g (elements 0, 1 of each 8-column
-        // block) and g + 8 (elements 2, 3).
-        let mut alphas = [1.0f32; 2];
-        for half in 0..2 {
-            let mut m = f32::NEG_INFINITY;
-            for nt in 0..BN / 8 {
-                m = m.max(sc[4 * nt + 2 * half]).max(sc[4 * nt + 2 * half + 1]);
+            let mut alphas = [1.0f32; 2];
+            for half in 0..2 {
+                let mut m = f32::NEG_INFINITY;
+                for nt in 0..BN / 8 {
+                    m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
+                }
+                alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
             }
-            alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
-        }
+            let largest = state[0].max.abs().max(state[1].max.abs());
+            let fused = shuffle::all(largest < max_fused);
+            if !fused {
+                for (k, x) in $sc.iter_mut().enumerate() {
+                    let m = state[(k % 4) / 2].max;
+                    *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+                }
+            }
+            for half in 0..2 {
+                let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
+                let mut sum = 0.0;
+                for nt in 0..BN / 8 {
+                    for e in 0..2 {
+                        let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
+                        $sc[4 * nt + 2 * half + e] = x;
+                        sum += x;
+                    }
+                }
+                state[half].add(sum);
+            }
+            alphas
+        }};
+    }
+    // P as `wgmma` A fragments (16 keys each; BN = 128: 8 of them).
+    macro_rules! pack_p {
+        ($sc:ident) => {{
+            let mut pf = [[0u32; 4]; 8];
+            for (ks, pk) in pf.iter_mut().enumerate() {
+                let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
+                let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
+                *pk = E::acc_to_a(&lo, &hi);
+            }
+            pf
+        }};
+    }
+
+    // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
+    // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
+    // cores. Registers written between a product's issue and its wait are never its
+    // accumulators or operands (else ptxas serialises every product): the output is rescaled
+    // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
+    let mut pf = [[0u32; 4]; 8];
+    let mut alphas = [1.0f32; 2];
+    if j_begin < j_end {
+        let mut sc = [0.0f32; 64];
+        issue_scores(&mut sc, 0);
+        wgmma::wait::<0>();
+        wgmma::settle(&mut sc);
+        release_k(0);
+        alphas = softmax_tile!(sc, j_begin);
+        pf = pack_p!(sc);
+    }
+    for (i, j) in (j_begin..j_end).enumerate() {
+        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+        let v_tile = S::<D, BM, BN, NS>::v(base, s);
+        let has_next = j + 1 < j_end;
         if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
             for op in o.iter_mut() {
                 for dt in 0..8 {
@@ -304,35 +345,11 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        let largest = state[0].max.abs().max(state[1].max.abs());
-        let fused = shuffle::all(largest < max_fused);
-        if !fused {
-            for (k, x) in sc.iter_mut().enumerate() {
-                let m = state[(k % 4) / 2].max;
-                *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
-            }
+        let mut sn = [0.0f32; 64];
+        if has_next {
+            issue_scores(&mut sn, i + 1);
         }
-        for half in 0..2 {
-            let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
-            let mut sum = 0.0;
-            for nt in 0..BN / 8 {
-                for e in 0..2 {
-                    let x = exp2(fma(sc[4 * nt + 2 * half + e], a.scale_log2, offset));
-                    sc[4 * nt + 2 * half + e] = x;
-                    sum += x;
-                }
-            }
-            state[half].add(sum);
-        }
-
-        // O += P·V_j: P as A fragments (16 keys each), V's panels as N-major B operands.
-        // (BN = 128: 8 steps of 16 keys.)
-        let mut pf = [[0u32; 4]; 8];
-        for (ks, pk) in pf.iter_mut().enumerate() {
-            let lo = [sc[8 * ks], sc[8 * ks + 1], sc[8 * ks + 2], sc[8 * ks + 3]];
-            let hi = [sc[8 * ks + 4], sc[8 * ks + 5], sc[8 * ks + 6], sc[8 * ks + 7]];
-            *pk = E::acc_to_a(&lo, &hi);
-        }
+        // O += P_j·V_j: V's panels as N-major B operands.
         // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
         unsafe {
             tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
@@ -348,21 +365,27 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
             wgmma::commit();
-            // Both groups: the next tile's scores and this tile's `P·V`.
-            wgmma::wait::<0>();
         }
+        if has_next {
+            // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the
+            // scores are read after `wait_group 1` while `P·V` is still in flight, so the
+            // softmax does not overlap `P·V` yet; the two products run back to back.
+            wgmma::wait::<0>();
+            wgmma::settle(&mut sn);
+            release_k(i + 1);
+            alphas = softmax_tile!(sn, j + 1);
+        }
+        wgmma::wait::<0>();
         for op in o.iter_mut() {
             wgmma::settle(op);
         }
-        wgmma::settle(&mut next);
         if leader {
             // SAFETY: an initialised barrier; the products have read the V stage.
             unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
         }
         if has_next {
-            release_k(i + 1);
+            pf = pack_p!(sn);
         }
-        sc = next;
     }
 
     // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
