@@ -24,7 +24,8 @@ use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{
-    block_x, block_y, block_z, claim_registers, grid_dim_x, release_registers, sync_threads, thread_x,
+    block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync, release_registers,
+    sync_threads, thread_x,
 };
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
@@ -331,10 +332,22 @@ unsafe fn flash_fwd_wgmma<
         alphas = softmax_tile!(sc, j_begin);
         pf = pack_p!(sc);
     }
+    // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
+    // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
+    // the turn to the other, so that one warpgroup's softmax runs while the other's products
+    // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
+    let pingpong = C == 2 && j_begin < j_end;
+    let (my_turn, other_turn) = (1 + wg, 2 - wg);
+    if pingpong && wg == 1 {
+        named_arrive::<256>(other_turn);
+    }
     for (i, j) in (j_begin..j_end).enumerate() {
         let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
         let v_tile = S::<D, BM, BN, NS>::v(base, s);
         let has_next = j + 1 < j_end;
+        if pingpong {
+            named_sync::<256>(my_turn);
+        }
         if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
             for op in o.iter_mut() {
                 for dt in 0..8 {
@@ -366,26 +379,31 @@ unsafe fn flash_fwd_wgmma<
             }
             wgmma::commit();
         }
-        if has_next {
-            // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the
-            // scores are read after `wait_group 1` while `P·V` is still in flight, so the
-            // softmax does not overlap `P·V` yet; the two products run back to back.
-            wgmma::wait::<0>();
-            wgmma::settle(&mut sn);
-            release_k(i + 1);
-            alphas = softmax_tile!(sn, j + 1);
+        if pingpong {
+            named_arrive::<256>(other_turn);
         }
+        // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
+        // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
+        // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
         wgmma::wait::<0>();
         for op in o.iter_mut() {
             wgmma::settle(op);
         }
+        wgmma::settle(&mut sn);
         if leader {
             // SAFETY: an initialised barrier; the products have read the V stage.
             unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
         }
         if has_next {
+            release_k(i + 1);
+            alphas = softmax_tile!(sn, j + 1);
             pf = pack_p!(sn);
         }
+    }
+    if pingpong && wg == 0 {
+        // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
+        // ends as it started.
+        named_sync::<256>(my_turn);
     }
 
     // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.

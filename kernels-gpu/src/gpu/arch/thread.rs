@@ -95,3 +95,24 @@ pub fn claim_registers<const N: u32>() {
     // SAFETY: as [`release_registers`].
     unsafe { core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack)) }
 }
+
+/// `barrier.sync ID, THREADS`: waits at named barrier `ID` (1–15; 0 is [`sync_threads`]'s)
+/// until `THREADS` threads (a multiple of 32) have arrived there, this thread's warp included.
+/// Used between warpgroups: one waits for the other's [`named_arrive`].
+#[inline(always)]
+pub fn named_sync<const THREADS: u32>(id: u32) {
+    // SAFETY: a barrier; the callers pair every wait with arrivals (see the kernels).
+    unsafe {
+        core::arch::asm!("barrier.sync {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack))
+    }
+}
+
+/// `barrier.arrive ID, THREADS`: counts this warp's arrival at named barrier `ID` without
+/// waiting.
+#[inline(always)]
+pub fn named_arrive<const THREADS: u32>(id: u32) {
+    // SAFETY: as [`named_sync`].
+    unsafe {
+        core::arch::asm!("barrier.arrive {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack))
+    }
+}
