@@ -93,10 +93,25 @@ impl Device {
         }
         match plan.method {
             Method::Standard => crate::standard::run(self, T::DTYPE, &problem, io, &plan)?,
-            Method::FlashHopper => self.run_wgmma(self.stream(), T::DTYPE, &problem, io, &plan)?,
-            _ => self.run_flash(self.stream(), &problem, io, &plan)?,
+            _ => self.run_kernels(self.stream(), T::DTYPE, &problem, io, &plan)?,
         }
         Ok(plan)
+    }
+
+    /// Queues a planned kernel method (not `Standard`) on `stream`: the Hopper kernel with its
+    /// tensor maps, or a flash plan's kernels.
+    pub(crate) fn run_kernels(
+        &self,
+        stream: &Arc<CudaStream>,
+        dtype: crate::buffer::DType,
+        problem: &Problem,
+        io: Io,
+        plan: &Plan,
+    ) -> Result<()> {
+        match plan.method {
+            Method::FlashHopper => self.run_wgmma(stream, dtype, problem, io, plan),
+            _ => self.run_flash(stream, problem, io, plan),
+        }
     }
 
     /// Queues a flash plan's kernels on `stream` (the device's own, or a caller's), with the

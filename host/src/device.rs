@@ -108,10 +108,38 @@ pub const SPLIT_SCRATCH_KEEP: u64 = 64 << 20;
 /// does not reallocate.
 const SPLIT_SCRATCH_MIN: u64 = 1 << 20;
 
+/// Whether the CUDA driver library is there: cudarc loads it on first use and panics if it
+/// cannot, so this probes first.
+#[cfg(not(feature = "dynamic-linking"))]
+pub(crate) fn driver_library_present() -> bool {
+    // SAFETY: only probes whether the shared library can be loaded.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Whether the CUDA driver library is there: with the `dynamic-linking` feature (what
+/// candle-core's CUDA build asks of cudarc) it was linked at build time, and the program could
+/// not have started without it.
+#[cfg(feature = "dynamic-linking")]
+pub(crate) fn driver_library_present() -> bool {
+    true
+}
+
+/// Whether the cuBLAS library is there ([`driver_library_present`]'s rules).
+#[cfg(not(feature = "dynamic-linking"))]
+fn cublas_library_present() -> bool {
+    // SAFETY: only probes whether the shared library can be loaded.
+    unsafe { cudarc::cublas::sys::is_culib_present() }
+}
+
+/// Whether the cuBLAS library is there ([`driver_library_present`]'s rules).
+#[cfg(feature = "dynamic-linking")]
+fn cublas_library_present() -> bool {
+    true
+}
+
 /// Loads the driver and returns the number of devices, without panicking when it is missing.
 fn init_driver() -> Result<usize> {
-    // SAFETY: only probes whether the shared library can be loaded.
-    if !unsafe { sys::is_culib_present() } {
+    if !driver_library_present() {
         return Err(Error::NoDriver);
     }
     match result::init() {
@@ -355,8 +383,7 @@ impl Device {
         if let Some(b) = self.blas.get() {
             return Ok(b);
         }
-        // SAFETY: only probes whether the shared library can be loaded.
-        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        if !cublas_library_present() {
             return Err(Error::BlasMissing);
         }
         self.bind()?;

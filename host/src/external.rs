@@ -308,12 +308,19 @@ impl RestoreContext {
     /// initialised).
     fn save() -> RestoreContext {
         let mut ctx = std::ptr::null_mut();
-        // SAFETY: only probes whether the shared library can be loaded; then a valid out-pointer.
-        let ok = unsafe {
-            sys::is_culib_present() && sys::cuCtxGetCurrent(&mut ctx) == sys::CUresult::CUDA_SUCCESS
-        };
+        // SAFETY: a valid out-pointer, once the driver library is known to load.
+        let ok = driver_present() && unsafe { sys::cuCtxGetCurrent(&mut ctx) } == sys::CUresult::CUDA_SUCCESS;
         RestoreContext(if ok { ctx } else { std::ptr::null_mut() })
     }
+}
+
+/// Whether the CUDA driver library can be loaded, probed once per process: the probe
+/// (`is_culib_present`) opens and closes the library under each of its candidate names until one
+/// loads, which costs microseconds where the first name loads and about a millisecond where none
+/// does, and every GPU call on a caller's stream asks.
+fn driver_present() -> bool {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRESENT.get_or_init(crate::device::driver_library_present)
 }
 
 /// [`Device::new`] for a thread that a framework also drives (PyTorch's): the thread's current
@@ -418,10 +425,7 @@ impl Device {
             lse: tensors.lse.map_or(0, |l| l.address),
         };
         // (The plan is never `Standard` here: `forward_plan`.)
-        match plan.method {
-            Method::FlashHopper => self.run_wgmma(&stream, dtype, &problem, io, &plan)?,
-            _ => self.run_flash(&stream, &problem, io, &plan)?,
-        }
+        self.run_kernels(&stream, dtype, &problem, io, &plan)?;
         Ok(plan)
     }
 

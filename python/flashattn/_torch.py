@@ -1,19 +1,37 @@
 """The PyTorch layer: outputs from PyTorch's allocator, work on PyTorch's current stream,
 gradients through ``torch.autograd.Function`` with the library's backward. Everything else
 (checks of devices, dtypes, shapes, strides; which features run where) is the core's.
+
+Decoding calls this once per layer and token, so the per-call Python is kept short: tensors go
+to the core as DLPack capsules from PyTorch's C exporter (not through ``__dlpack__``), the stream
+is read as a raw handle, and calls that record no graph skip ``autograd.Function``.
 """
 
 import contextlib
 
 import torch
+import torch.utils.dlpack
 
 from . import _core
 from .interface import alibi_rows, check_max_seqlen, lse_shape, softcap_option, window
 
+# Looked up once, not per call.
+_Tensor = torch.Tensor
+_to_dlpack = torch.utils.dlpack.to_dlpack
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_forward_ad = torch.autograd.forward_ad
+_NO_GUARD = contextlib.nullcontext()
+
 
 def _stream(x):
     """PyTorch's current stream on ``x``'s device, as the handle the core queues work on."""
-    return torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+    if not x.is_cuda:
+        return None
+    if _raw_stream is not None:
+        # (What ``torch.cuda.current_stream(x.device).cuda_stream`` says, without making a Stream.)
+        return _raw_stream(x.get_device())
+    return torch.cuda.current_stream(x.device).cuda_stream
 
 
 def _on_device(x):
@@ -22,9 +40,50 @@ def _on_device(x):
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
+def _export(q, tensors):
+    """The call's tensors as the core takes them, and the context to call it in.
+
+    Plain tensors go as DLPack capsules from PyTorch's C exporter
+    (``torch.utils.dlpack.to_dlpack``). ``Tensor.__dlpack__`` would give the same capsule after a
+    stream handshake that is a no-op here (the core queues its work on PyTorch's current stream
+    of the tensors' device, the stream the handshake would order against), and costs
+    microseconds of Python per tensor. Tensor subclasses (``__torch_function__``) keep their own
+    ``__dlpack__``, with the current device set for its handshake, as before."""
+    if all(x is None or type(x) is _Tensor for x in tensors):
+        return [None if x is None else _to_dlpack(x) for x in tensors], _NO_GUARD
+    return list(tensors), _on_device(q)
+
+
+def _host_capsule(x):
+    """A host tensor for the core (offsets, slopes, page tables) as a capsule; other values as
+    they are."""
+    return _to_dlpack(x) if type(x) is _Tensor else x
+
+
+def _core_options(options):
+    """The options as the core takes them: host tensors as capsules (the options keep the
+    tensors, for the backward)."""
+    if options["alibi_slopes"] is None and options["cu_seqlens_q"] is None:
+        return options
+    return {key: _host_capsule(value) for key, value in options.items()}
+
+
+def _empty_out(q):
+    """A contiguous tensor of ``q``'s shape, dtype and device (``torch.empty(q.shape, ...)``;
+    ``empty_like`` is quicker, and gives the same for a plain tensor)."""
+    if type(q) is _Tensor:
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
 def _maybe_contiguous(x):
     # As flash_attn: only a head dimension that is not contiguous costs a copy.
     return x.contiguous() if x is not None and x.stride(-1) != 1 else x
+
+
+def _detached(x):
+    """``x.detach()``, skipped for a plain tensor outside any graph (the same tensor then)."""
+    return x if type(x) is _Tensor and not x.requires_grad else x.detach()
 
 
 def _host(x, name):
@@ -51,26 +110,37 @@ def varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     return cu_q, cu_k
 
 
+def _forward(q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes):
+    """The forward on detached ``q, k, v``: returns them as run (a head dimension that was not
+    contiguous copied), the output, the log-sum-exp and the options (for the backward)."""
+    q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
+    out = _empty_out(q)
+    lse = torch.empty(lse_shape(q, varlen is not None), dtype=torch.float32, device=q.device)
+    options = dict(
+        softmax_scale=softmax_scale,
+        causal=causal,
+        **window(window_size),
+        softcap=softcap_option(softcap),
+        alibi_slopes=_alibi(alibi_slopes),
+        cu_seqlens_q=None if varlen is None else varlen[0],
+        cu_seqlens_k=None if varlen is None else varlen[1],
+    )
+    args, guard = _export(q, (q, k, v, out, lse))
+    with guard:
+        _core.forward(*args, stream=_stream(q), **_core_options(options))
+    return q, k, v, out, lse, options
+
+
 class FlashAttnFunc(torch.autograd.Function):
     """Attention with the library's forward and backward; ``varlen`` is ``None`` or the host
     offsets ``(cu_seqlens_q, cu_seqlens_k)``."""
 
     @staticmethod
     def forward(ctx, q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic):
-        q, k, v = (_maybe_contiguous(x.detach()) for x in (q, k, v))
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(lse_shape(q, varlen is not None), dtype=torch.float32, device=q.device)
-        options = dict(
-            softmax_scale=softmax_scale,
-            causal=causal,
-            **window(window_size),
-            softcap=softcap_option(softcap),
-            alibi_slopes=_alibi(alibi_slopes),
-            cu_seqlens_q=None if varlen is None else varlen[0],
-            cu_seqlens_k=None if varlen is None else varlen[1],
+        q, k, v, out, lse, options = _forward(
+            q.detach(), k.detach(), v.detach(), varlen, softmax_scale, causal, window_size, softcap,
+            alibi_slopes,
         )
-        with _on_device(q):
-            _core.forward(q, k, v, out, lse, stream=_stream(q), **options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         ctx.deterministic = deterministic
@@ -84,21 +154,47 @@ class FlashAttnFunc(torch.autograd.Function):
         q, k, v, out, lse = (t.detach() for t in ctx.saved_tensors)
         dout = _maybe_contiguous(dout.detach())
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        with _on_device(q):
+        args, guard = _export(q, (q, k, v, out, lse, dout, dq, dk, dv))
+        with guard:
             _core.backward(
-                q, k, v, out, lse, dout, dq, dk, dv, deterministic=ctx.deterministic,
-                stream=_stream(q), **ctx.options,
+                *args, deterministic=ctx.deterministic, stream=_stream(q), **_core_options(ctx.options),
             )
         return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def _records_graph(q, k, v, alibi_slopes):
+    """Whether ``FlashAttnFunc.apply`` may do more than run the forward: a graph to record
+    (grad mode on and an input that requires grad; ``apply`` looks at its tensor arguments),
+    forward-mode AD (dual tensors exist only inside a dual level), or functorch transforms. When
+    it is not, the forward runs without ``apply`` (its context and output wrapping cost several
+    microseconds) and gives the same tensors."""
+    if _functorch_active is None or _functorch_active():
+        return True
+    if getattr(_forward_ad, "_current_level", 0) >= 0:
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return (
+        q.requires_grad
+        or k.requires_grad
+        or v.requires_grad
+        or (isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.requires_grad)
+    )
 
 
 def attention(
     q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
     return_attn_probs,
 ):
-    out, lse = FlashAttnFunc.apply(
-        q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )
+    if _records_graph(q, k, v, alibi_slopes):
+        out, lse = FlashAttnFunc.apply(
+            q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+        )
+    else:
+        _, _, _, out, lse, _ = _forward(
+            _detached(q), _detached(k), _detached(v), varlen, softmax_scale, causal, window_size,
+            softcap, alibi_slopes,
+        )
     if not return_attn_probs:
         return out
     # As flash_attn without dropout: an empty S_dmask.
@@ -109,19 +205,24 @@ def with_kvcache(
     q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, window_size,
     softcap, alibi_slopes, num_splits, return_softmax_lse,
 ):
-    q, k, v = (None if x is None else _maybe_contiguous(x.detach()) for x in (q, k, v))
+    q, k, v = (None if x is None else _maybe_contiguous(_detached(x)) for x in (q, k, v))
     shape = lse_shape(q, False)
     if isinstance(cache_seqlens, int):
         cache_seqlens = [cache_seqlens] * shape[0]
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = _empty_out(q)
     lse = torch.empty(shape, dtype=torch.float32, device=q.device)
-    with _on_device(q):
+    if cache_seqlens is not None:
+        cache_seqlens = _host_capsule(_host(cache_seqlens, "cache_seqlens"))
+    if block_table is not None:
+        block_table = _host_capsule(_host(block_table, "block_table"))
+    args, guard = _export(q, (q, _detached(k_cache), _detached(v_cache), out, lse, k, v))
+    q_, k_cache_, v_cache_, out_, lse_, k_new, v_new = args
+    with guard:
         _core.forward(
-            q, k_cache.detach(), v_cache.detach(), out, lse,
+            q_, k_cache_, v_cache_, out_, lse_,
             softmax_scale=softmax_scale, causal=causal, **window(window_size),
-            softcap=softcap_option(softcap), alibi_slopes=_alibi(alibi_slopes),
-            cache_seqlens=None if cache_seqlens is None else _host(cache_seqlens, "cache_seqlens"),
-            block_table=None if block_table is None else _host(block_table, "block_table"),
-            k_new=k, v_new=v, num_splits=num_splits, stream=_stream(q),
+            softcap=softcap_option(softcap), alibi_slopes=_host_capsule(_alibi(alibi_slopes)),
+            cache_seqlens=cache_seqlens, block_table=block_table, k_new=k_new, v_new=v_new,
+            num_splits=num_splits, stream=_stream(q),
         )
     return (out, lse) if return_softmax_lse else out

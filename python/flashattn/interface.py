@@ -21,12 +21,21 @@ import sys
 from . import _core
 
 
-def _torch_module(x):
-    """The ``torch`` module if ``x`` is a PyTorch tensor, else None (torch is optional)."""
+_torch_layer = None
+
+
+def _torch_layer_of(x):
+    """The PyTorch layer (``flashattn._torch``) if ``x`` is a PyTorch tensor, else None (torch is
+    optional: the layer is imported on the first call with a tensor, and kept)."""
+    global _torch_layer
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        return torch
-    return None
+    if torch is None or not isinstance(x, torch.Tensor):
+        return None
+    if _torch_layer is None:
+        from . import _torch
+
+        _torch_layer = _torch
+    return _torch_layer
 
 
 def check_dropout(dropout_p):
@@ -167,10 +176,8 @@ def flash_attn_func(
     ``deterministic`` makes the backward's dQ bit-identical from run to run.
     """
     check_dropout(dropout_p)
-    torch = _torch_module(q)
-    if torch is not None:
-        from . import _torch
-
+    _torch = _torch_layer_of(q)
+    if _torch is not None:
         return _torch.attention(
             q, k, v, None, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
             return_attn_probs,
@@ -216,10 +223,8 @@ def flash_attn_varlen_func(
             "block_table with flash_attn_varlen_func (a paged cache of variable-length sequences) "
             "is not implemented: flashattn pages fixed-length batches (flash_attn_with_kvcache)"
         )
-    torch = _torch_module(q)
-    if torch is not None:
-        from . import _torch
-
+    _torch = _torch_layer_of(q)
+    if _torch is not None:
         varlen = _torch.varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         return _torch.attention(
             q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes,
@@ -295,10 +300,8 @@ def flash_attn_with_kvcache(
     if k is not None and cache_seqlens is None:
         raise ValueError("k and v are appended after cache_seqlens: pass cache_seqlens")
     num_splits = check_num_splits(num_splits)
-    torch = _torch_module(q)
-    if torch is not None:
-        from . import _torch
-
+    _torch = _torch_layer_of(q)
+    if _torch is not None:
         return _torch.with_kvcache(
             q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal,
             window_size, softcap, alibi_slopes, num_splits, return_softmax_lse,

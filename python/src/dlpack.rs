@@ -1,7 +1,8 @@
 //! A small DLPack reader: any object with `__dlpack__` / `__dlpack_device__` (PyTorch tensors,
 //! NumPy, CuPy and JAX arrays) gives its data pointer, device, dtype, shape and strides, without
 //! a copy. Both capsule kinds are read: `dltensor_versioned` (DLPack ≥ 1.0, asked for with
-//! `max_version=(1, 0)`, which carries a read-only flag) and the older `dltensor`.
+//! `max_version=(1, 0)`, which carries a read-only flag) and the older `dltensor`. A capsule that
+//! its producer has already exported is read too ([`import`]).
 //!
 //! The capsule is consumed as the DLPack protocol says: renamed `used_dltensor[_versioned]` so
 //! that its destructor leaves it alone, and the producer's deleter called when the [`Tensor`]
@@ -11,7 +12,7 @@ use std::ffi::{CStr, c_void};
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{ffi, intern};
 
 /// `DLDeviceType` values this module handles.
@@ -202,26 +203,45 @@ pub fn device_of(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(i32, i32)> {
 /// Imports `obj` through DLPack. `stream` is the consumer's CUDA stream handle for CUDA memory
 /// (the producer orders its pending work before it; 0, the legacy default stream, is passed as
 /// DLPack's 1); ignored on the CPU.
+///
+/// `obj` may also be a DLPack capsule that its producer has already exported (what
+/// `torch.utils.dlpack.to_dlpack` returns; the PyTorch layer passes its tensors so, since the
+/// work runs on PyTorch's current stream and `__dlpack__`'s stream handshake would be a no-op
+/// that costs microseconds per tensor): it is consumed as it is, with no handshake, so the
+/// producer's work must already be ordered before `stream`.
 pub fn import(obj: &Bound<'_, PyAny>, name: &'static str, stream: Option<usize>) -> PyResult<Tensor> {
     let py = obj.py();
-    let device = device_of(obj, name)?;
-    let kwargs = PyDict::new(py);
-    if device.0 == DL_CUDA {
-        let s = stream.unwrap_or(0);
-        kwargs.set_item("stream", if s == 0 { 1 } else { s })?;
+    if obj.is_exact_instance_of::<PyCapsule>() {
+        // SAFETY: a capsule of a known name holds the struct the DLPack protocol says (its name
+        // is checked before it is read); it stays valid until its deleter is called (on drop of
+        // the Tensor).
+        return unsafe { consume(obj, name, None) };
     }
-    let versioned_kwargs = kwargs.copy()?;
-    versioned_kwargs.set_item("max_version", PyTuple::new(py, [1u32, 0])?)?;
+    let device = device_of(obj, name)?;
+    let versioned_kwargs = PyDict::new(py);
+    let stream = (device.0 == DL_CUDA).then(|| match stream.unwrap_or(0) {
+        0 => 1,
+        s => s,
+    });
+    if let Some(s) = stream {
+        versioned_kwargs.set_item(intern!(py, "stream"), s)?;
+    }
+    versioned_kwargs.set_item(intern!(py, "max_version"), PyTuple::new(py, [1u32, 0])?)?;
     let method = obj.getattr(intern!(py, "__dlpack__"))?;
     let capsule = match method.call((), Some(&versioned_kwargs)) {
         Ok(c) => c,
         // Producers before DLPack 1.0 know no max_version.
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => method.call((), Some(&kwargs))?,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            let kwargs = PyDict::new(py);
+            if let Some(s) = stream {
+                kwargs.set_item(intern!(py, "stream"), s)?;
+            }
+            method.call((), Some(&kwargs))?
+        }
         Err(e) => return Err(e),
     };
-    // SAFETY: a capsule of a known name holds the struct the DLPack protocol says; it stays
-    // valid until its deleter is called (on drop of the Tensor).
-    unsafe { consume(&capsule, name, device) }
+    // SAFETY: as above, for the capsule `__dlpack__` returned.
+    unsafe { consume(&capsule, name, Some(device)) }
 }
 
 const VERSIONED: &CStr = c"dltensor_versioned";
@@ -229,11 +249,17 @@ const LEGACY: &CStr = c"dltensor";
 const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
 const USED_LEGACY: &CStr = c"used_dltensor";
 
-/// Reads and consumes a DLPack capsule.
+/// Reads and consumes a DLPack capsule; `device` is what `__dlpack_device__` said (checked
+/// against the capsule's), if it was asked.
 ///
 /// # Safety
-/// `capsule` came from `__dlpack__`.
-unsafe fn consume(capsule: &Bound<'_, PyAny>, name: &'static str, device: (i32, i32)) -> PyResult<Tensor> {
+/// `capsule` came from `__dlpack__` or another DLPack producer: a capsule with one of DLPack's
+/// names holds the struct the protocol says.
+unsafe fn consume(
+    capsule: &Bound<'_, PyAny>,
+    name: &'static str,
+    device: Option<(i32, i32)>,
+) -> PyResult<Tensor> {
     let ptr = capsule.as_ptr();
     // SAFETY: FFI calls on a live object; names are NUL-terminated.
     unsafe {
@@ -266,6 +292,12 @@ unsafe fn consume(capsule: &Bound<'_, PyAny>, name: &'static str, device: (i32, 
             return describe(Managed::Legacy(m), &(*m).dl_tensor, name, device, false);
         }
     }
+    if device.is_none() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} is a capsule but not an unused DLPack one (`dltensor` or `dltensor_versioned`; \
+             a DLPack capsule can be consumed once)"
+        )));
+    }
     Err(PyTypeError::new_err(format!(
         "{name}.__dlpack__() did not return a DLPack capsule (`dltensor` or `dltensor_versioned`)"
     )))
@@ -280,7 +312,7 @@ unsafe fn describe(
     managed: Managed,
     t: &DLTensor,
     name: &'static str,
-    device: (i32, i32),
+    device: Option<(i32, i32)>,
     read_only: bool,
 ) -> PyResult<Tensor> {
     let ndim = t.ndim.max(0) as usize;
@@ -294,7 +326,9 @@ unsafe fn describe(
         strides: Vec::with_capacity(ndim),
         read_only,
     };
-    if tensor.device != device {
+    if let Some(device) = device
+        && tensor.device != device
+    {
         return Err(PyValueError::new_err(format!(
             "{name}: __dlpack_device__ says {} but the capsule says {}",
             device_name(device),

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use flashattn::external::{self, BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
 use flashattn::{AttentionOptions, BlockTable, DType, Device, Error, InvalidInput, Layout, VarLen, Window};
 use pyo3::exceptions::{PyMemoryError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
 
 use dlpack::{DL_CPU, DL_CUDA, Dtype, Tensor, device_name};
 
@@ -154,9 +156,15 @@ fn same_device_and_dtype(tensors: &[&Tensor], lse: &[&Tensor]) -> PyResult<((i32
     }
 }
 
+/// Whether `obj` is read through DLPack: an array with `__dlpack__`, or a capsule its producer
+/// exported ([`dlpack::import`]).
+fn is_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(obj.is_exact_instance_of::<PyCapsule>() || obj.hasattr(intern!(obj.py(), "__dlpack__"))?)
+}
+
 /// Integers from a DLPack tensor (host memory) or a Python sequence.
 fn ints(obj: &Bound<'_, PyAny>, name: &'static str) -> PyResult<Vec<u32>> {
-    if obj.hasattr("__dlpack__")? {
+    if is_dlpack(obj)? {
         return dlpack::import(obj, name, None)?.host_u32();
     }
     let values: Vec<i64> = obj.extract().map_err(|_| {
@@ -185,7 +193,7 @@ fn options(
 ) -> PyResult<AttentionOptions> {
     let alibi_slopes = match alibi_slopes {
         None => None,
-        Some(a) if a.hasattr("__dlpack__")? => Some(dlpack::import(a, "alibi_slopes", None)?.host_f32()?),
+        Some(a) if is_dlpack(a)? => Some(dlpack::import(a, "alibi_slopes", None)?.host_f32()?),
         Some(a) => Some(a.extract::<Vec<f32>>()?),
     };
     let varlen = match cu_seqlens {
@@ -218,7 +226,9 @@ fn options(
 ///
 /// Host tensors run the CPU implementation; CUDA tensors are queued on `stream` (a `CUstream`
 /// handle such as `torch.cuda.current_stream().cuda_stream`; `None` or 0: the legacy default
-/// stream). With `cache_seqlens` / `block_table`, `k` and `v` are a K/V cache (FlashAttention's
+/// stream). Tensors are DLPack arrays, exported with `__dlpack__(stream=stream)`, or DLPack
+/// capsules already exported (`torch.utils.dlpack.to_dlpack(t)`), consumed with no stream
+/// handshake: their producer's work must be ordered before `stream` already. With `cache_seqlens` / `block_table`, `k` and `v` are a K/V cache (FlashAttention's
 /// `flash_attn_with_kvcache`), and `k_new` / `v_new` are appended to it in place first.
 #[pyfunction]
 #[pyo3(signature = (q, k, v, out, lse=None, *, softmax_scale=None, causal=false, window_left=None,

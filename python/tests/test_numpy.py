@@ -322,3 +322,16 @@ def test_legacy_capsules():
     out = np.empty_like(q)
     flashattn.attention_forward(Legacy(q), Legacy(k), Legacy(v), Legacy(out), causal=True)
     assert np.array_equal(out, want)
+
+
+def test_capsules_already_exported():
+    """Capsules that their producer exported (``np.from_dlpack``'s input, say) are consumed as
+    they are; a capsule can be consumed once."""
+    q, k, v = randn(1, 11, 2, 8), randn(1, 11, 2, 8), randn(1, 11, 2, 8)
+    want = flash_attn_func(q, k, v, causal=True)
+    out = np.empty_like(q)
+    caps = [x.__dlpack__() for x in (q, k, v, out)]
+    flashattn.attention_forward(*caps, causal=True)
+    assert np.array_equal(out, want)
+    with pytest.raises(TypeError, match="consumed once"):
+        flashattn.attention_forward(caps[0], k, v, np.empty_like(q))

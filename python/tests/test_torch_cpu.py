@@ -111,3 +111,73 @@ def test_errors():
         flash_attn_func(q.double(), q.double(), q.double())
     with pytest.raises(ValueError, match="4-D"):
         flash_attn_func(q[0], q, q)
+
+
+def test_no_graph_without_grad():
+    """Calls that record no graph (no_grad, inference mode, inputs that need no grad) skip
+    autograd.Function and give the same tensors; an input that needs grad (ALiBi slopes too)
+    records one."""
+    q, k, v = (torch.randn(1, 9, 2, 16) for _ in range(3))
+    want = flash_attn_func(*leaves(q, k, v), causal=True)
+    assert want.grad_fn is not None
+    for context in (torch.no_grad, torch.inference_mode, torch.enable_grad):
+        with context():
+            out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        assert out.grad_fn is None and not out.requires_grad and not lse.requires_grad
+        assert torch.equal(out, want.detach()) and out.is_contiguous()
+    with torch.no_grad():
+        assert flash_attn_func(*leaves(q, k, v), causal=True).grad_fn is None
+    slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+    assert flash_attn_func(q, k, v, alibi_slopes=slopes).requires_grad
+
+
+class Subclass(torch.Tensor):
+    """A tensor subclass: it goes through its own ``__dlpack__`` (PyTorch's stream handshake), not
+    the capsule fast path."""
+
+
+def test_tensor_subclasses():
+    q, k, v = (torch.randn(1, 9, 2, 16) for _ in range(3))
+    want = flash_attn_func(q, k, v, causal=True)
+    sub = [x.as_subclass(Subclass) for x in (q, k, v)]
+    assert torch.equal(flash_attn_func(*sub, causal=True), want)
+    q_, k_, v_ = leaves(*sub)
+    out = flash_attn_func(q_, k_, v_, causal=True)
+    out.sum().backward()
+    q2, k2, v2 = leaves(q, k, v)
+    flash_attn_func(q2, k2, v2, causal=True).sum().backward()
+    assert torch.equal(q_.grad, q2.grad) and torch.equal(v_.grad, v2.grad)
+
+
+def test_kvcache_host_arrays_and_alibi():
+    """cache_seqlens as an int, a list or a tensor, a page table, and ALiBi slopes: host arrays
+    that reach the core as capsules give what NumPy's path gives."""
+    kc, vc = torch.randn(2, 32, 1, 8), torch.randn(2, 32, 1, 8)
+    q = torch.randn(2, 1, 2, 8)
+    slopes = torch.tensor([0.5, 0.25])
+    outs = [
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, alibi_slopes=slopes)
+        for lens in (9, [9, 9], torch.tensor([9, 9], dtype=torch.int32))
+    ]
+    want = flash_attn_with_kvcache(
+        q.numpy(), kc.numpy(), vc.numpy(), cache_seqlens=9, alibi_slopes=slopes.numpy()
+    )
+    for out in outs:
+        assert np.array_equal(out.numpy(), want)
+    pages_k, pages_v = kc.reshape(4, 16, 1, 8), vc.reshape(4, 16, 1, 8)
+    table = torch.arange(4, dtype=torch.int32).reshape(2, 2)
+    paged = flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=9, block_table=table, alibi_slopes=slopes)
+    assert torch.equal(paged, outs[0])
+
+
+def test_forward_ad_and_transforms_still_see_the_function():
+    """Dual tensors and functorch transforms go through autograd.Function (which has no jvp or
+    vmap rule: its errors, not a silently dropped tangent)."""
+    import torch.autograd.forward_ad as fwAD
+
+    q, k, v = (torch.randn(1, 4, 2, 8) for _ in range(3))
+    with fwAD.dual_level():
+        with pytest.raises(NotImplementedError, match="jvp"):
+            flash_attn_func(fwAD.make_dual(q, torch.randn_like(q)), k, v)
+    with pytest.raises(RuntimeError, match="functorch transforms"):
+        torch.func.vmap(lambda x: flash_attn_func(x, k[0], v[0]))(q[:, None])

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use crate::util::{Result, cargo, root};
 
 /// The script written into the bundle. Commands: `test` (default), `sanitize`, `bench`,
-/// `timing`, `tune`, `decode`, `backward`, `window`, `python`, `help`; every one is listed in the header and in `usage` (a unit test
+/// `timing`, `tune`, `decode`, `backward`, `window`, `python`, `candle`, `help`; every one is listed in the header and in `usage` (a unit test
 /// holds the three together).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
@@ -21,6 +21,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh python [ARGS]    the Python wheel, installed offline into a private folder on
 #                             PYTHONPATH (beside this machine's PyTorch and NumPy), then its pytest suite;
 #                             ARGS go to pytest. PYTHON=... picks the interpreter (default python3)
+#   ./run.sh candle [ARGS]    flashattn-candle built with candle's CUDA backend (`bundle --candle-cuda`):
+#                             its test executable (ARGS go to it), then the compare example; needs
+#                             the CUDA 13 libraries (candle/lib, or the CUDA toolkit's)
 #   ./run.sh help             this list (also -h, --help)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -37,6 +40,8 @@ usage: run.sh [COMMAND] [ARGS]
   window [ARGS]     the window example: sliding-window forward time against the window
   python [ARGS]     the Python wheel installed offline into a private folder on PYTHONPATH, beside
                     this machine's PyTorch and NumPy, then its pytest suite (ARGS go to pytest)
+  candle [ARGS]     flashattn-candle on candle's CUDA backend: its test executable (ARGS go to it),
+                    then the compare example (only in bundles made with --candle-cuda)
   help, -h, --help  this list
 EOF
 }
@@ -120,6 +125,28 @@ case "$cmd" in
       echo "warning: no PyTorch with a CUDA device here: the CUDA tests (test_cuda.py) skip" >&2
     status=0
     PYTHONDONTWRITEBYTECODE=1 "$python" -m pytest -q -rs -p no:cacheprovider "$here/python/tests" "$@" || status=$?
+    exit $status ;;
+  candle)
+    if [ ! -x "$here/candle/attention" ] || [ ! -x "$here/candle/compare" ]; then
+      echo "this bundle has no candle CUDA executables (made without --candle-cuda)" >&2; exit 2
+    fi
+    # The CUDA 13 libraries they link to: the bundle's own when it carries them, else the
+    # toolkit's or pip's found above (the driver's libcuda.so.1 from the system).
+    if [ -d "$here/candle/lib" ]; then export LD_LIBRARY_PATH="$here/candle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+      if [ -d "$d" ]; then export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"; fi
+    done
+    if command -v ldd >/dev/null && missing="$(ldd "$here/candle/attention" | grep 'not found')"; then
+      echo "the candle executables need these CUDA 13 libraries, not found (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}):" >&2
+      echo "$missing" >&2
+      echo "install the CUDA 13 toolkit, or make the bundle with --candle-cuda --candle-cuda-libs" >&2
+      exit 1
+    fi
+    status=0
+    echo "== candle/attention"
+    "$here/candle/attention" "$@" || status=1
+    echo "== candle/compare"
+    "$here/candle/compare" || status=1
     exit $status ;;
   *)
     echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
@@ -275,6 +302,26 @@ const BINARIES: &[&str] = &[
     "examples/window",
 ];
 
+/// Whether `bundle` adds flashattn-candle built with the real `cuda` feature.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CandleCuda {
+    No,
+    /// Its test executable and `compare` example, into `candle/`.
+    Executables,
+    /// Those, and the CUDA 13 libraries they link to (from the wheels) into `candle/lib`.
+    WithLibraries,
+}
+
+/// The script that installs the CUDA 13.0 wheels into target/cuda-wheels and exports the build
+/// environment for candle's `cuda` feature.
+const CUDA_ENV: &str = "candle/ci/cuda-env.sh";
+
+/// The CUDA libraries, by soname, that the candle executables need besides the driver's
+/// libcuda.so.1: their NEEDED entries (the linker drops cudarc's NVRTC and cuBLASLt links as
+/// unused) and cuBLAS's own libcublasLt.so.13; about 730 MB, cuBLASLt 540 of them.
+const CANDLE_CUDA_LIBS: &[&str] =
+    &["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10"];
+
 /// One executable that cargo reported building.
 struct Artifact {
     name: String,
@@ -283,14 +330,32 @@ struct Artifact {
 }
 
 fn build_artifacts() -> Result<Vec<Artifact>> {
-    let out = cargo()
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"]);
+    artifacts_of(cmd, "release build of the test executables")
+}
+
+/// flashattn-candle's test executable and examples with the real `cuda` feature, built in the
+/// environment of [`CUDA_ENV`] (which installs the CUDA wheels first when they are missing).
+fn build_candle_cuda() -> Result<Vec<Artifact>> {
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", r#". "$0" && exec "$@""#, CUDA_ENV])
+        .arg(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--release", "-p", "flashattn-candle", "--features", "cuda", "--tests", "--examples"])
+        .arg("--message-format=json-render-diagnostics");
+    artifacts_of(cmd, "release build of flashattn-candle with candle's `cuda` feature")
+}
+
+/// Runs a cargo build with `--message-format=json...` from the repository root and returns the
+/// executables it reports.
+fn artifacts_of(mut cmd: std::process::Command, what: &str) -> Result<Vec<Artifact>> {
+    let out = cmd
         .current_dir(root())
-        .args(["test", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("could not run cargo: {e}"))?;
+        .map_err(|e| format!("could not run {cmd:?}: {e}"))?;
     if !out.status.success() {
-        return Err("release build of the test executables failed".into());
+        return Err(format!("{what} failed"));
     }
     let mut found = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -307,7 +372,7 @@ fn build_artifacts() -> Result<Vec<Artifact>> {
 }
 
 /// `cargo xtask bundle`.
-pub fn bundle(out: &Path) -> Result<()> {
+pub fn bundle(out: &Path, candle: CandleCuda) -> Result<()> {
     // Decided before the (long) build, so that a refused --out fails at once, and again after it.
     let (out, _) = plan_out(out, &root())?;
     let artifacts = build_artifacts()?;
@@ -319,6 +384,8 @@ pub fn bundle(out: &Path) -> Result<()> {
     if !bin_build.success() {
         return Err("release build of the binaries failed".into());
     }
+    // After the workspace build, which writes a CPU-only target/release/examples/compare.
+    let candle_artifacts = if candle == CandleCuda::No { Vec::new() } else { build_candle_cuda()? };
     // The wheel and pytest's wheels; without them the bundle is still made, and says so.
     let python = crate::wheel::prepare();
     // Decided again right before anything is deleted: the folder may have changed meanwhile.
@@ -353,6 +420,9 @@ pub fn bundle(out: &Path) -> Result<()> {
         listed.push("bin/peers.py".to_string());
     }
     listed.extend(crate::wheel::copy_into(&out, &python)?);
+    if candle != CandleCuda::No {
+        listed.extend(copy_candle_cuda(&out, &candle_artifacts, candle == CandleCuda::WithLibraries)?);
+    }
     let script = out.join("run.sh");
     std::fs::write(&script, RUN_SH).map_err(|e| e.to_string())?;
     #[cfg(unix)]
@@ -372,8 +442,37 @@ pub fn bundle(out: &Path) -> Result<()> {
     }
     let python_cmd =
         if python.wheel.is_ok() { format!(" and `{name}/run.sh python`") } else { String::new() };
-    println!("bundle: on the GPU machine run `{name}/run.sh test`{python_cmd}");
+    let candle_cmd =
+        if candle == CandleCuda::No { String::new() } else { format!(" and `{name}/run.sh candle`") };
+    println!("bundle: on the GPU machine run `{name}/run.sh test`{python_cmd}{candle_cmd}");
     Ok(())
+}
+
+/// Copies the candle CUDA executables (and with `libs`, the CUDA libraries from the wheels)
+/// into `out/candle`; returns what it wrote.
+fn copy_candle_cuda(out: &Path, artifacts: &[Artifact], libs: bool) -> Result<Vec<String>> {
+    let dir = out.join("candle");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut listed = Vec::new();
+    for (name, is_test) in [("attention", true), ("compare", false)] {
+        let a = artifacts
+            .iter()
+            .find(|a| a.name == name && a.is_test == is_test)
+            .ok_or_else(|| format!("the candle CUDA build reported no `{name}` executable"))?;
+        std::fs::copy(&a.path, dir.join(name)).map_err(|e| format!("copying {}: {e}", a.path))?;
+        listed.push(format!("candle/{name}"));
+    }
+    if libs {
+        let from = root().join("target/cuda-wheels/nvidia/cu13/lib");
+        std::fs::create_dir_all(dir.join("lib")).map_err(|e| e.to_string())?;
+        for lib in CANDLE_CUDA_LIBS {
+            let src = from.join(lib);
+            std::fs::copy(&src, dir.join("lib").join(lib))
+                .map_err(|e| format!("copying {}: {e}", src.display()))?;
+            listed.push(format!("candle/lib/{lib}"));
+        }
+    }
+    Ok(listed)
 }
 
 #[cfg(test)]
@@ -424,8 +523,8 @@ mod tests {
     fn run_sh_usage_and_header_name_every_command_it_accepts() {
         let labels = case_labels(RUN_SH);
         for expected in [
-            "test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "python", "help",
-            "-h", "--help",
+            "test", "sanitize", "bench", "timing", "tune", "decode", "backward", "window", "python",
+            "candle", "help", "-h", "--help",
         ] {
             assert!(labels.iter().any(|l| l == expected), "no `{expected})` arm in run.sh: {labels:?}");
         }
@@ -489,6 +588,53 @@ mod tests {
             stderr.contains("this bundle has no Python wheel") && stderr.contains("maturin failed"),
             "{stderr}"
         );
+        // And the candle CUDA executables of a bundle made without --candle-cuda.
+        let out = run("candle");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no candle CUDA executables"));
+    }
+
+    #[test]
+    fn the_candle_cuda_executables_go_to_candle_and_a_missing_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let built = dir.path().join("built");
+        std::fs::create_dir_all(&built).unwrap();
+        let artifact = |name: &str, is_test: bool| {
+            let path = built.join(format!("{name}-{is_test}"));
+            std::fs::write(&path, format!("{name} {is_test}")).unwrap();
+            Artifact { name: name.into(), path: path.to_string_lossy().into_owned(), is_test }
+        };
+        // The lib's own unit tests and a CPU build of the example are not what it picks.
+        let artifacts = [
+            artifact("flashattn_candle", true),
+            artifact("attention", true),
+            artifact("compare", true),
+            artifact("compare", false),
+        ];
+        let out = dir.path().join("bundle");
+        let listed = copy_candle_cuda(&out, &artifacts, false).unwrap();
+        assert_eq!(listed, ["candle/attention", "candle/compare"]);
+        assert_eq!(std::fs::read_to_string(out.join("candle/attention")).unwrap(), "attention true");
+        assert_eq!(std::fs::read_to_string(out.join("candle/compare")).unwrap(), "compare false");
+        assert!(!out.join("candle/lib").exists());
+        let err = copy_candle_cuda(&out, &artifacts[..2], false).unwrap_err();
+        assert!(err.contains("no `compare` executable"), "{err}");
+    }
+
+    #[test]
+    fn the_candle_cuda_environment_script_and_its_requirements_are_there() {
+        let script = std::fs::read_to_string(root().join(CUDA_ENV)).unwrap();
+        let reqs = std::fs::read_to_string(root().join("candle/ci/cuda-requirements.txt")).unwrap();
+        assert!(script.contains("candle/ci/cuda-requirements.txt") && script.contains("target/cuda-wheels"));
+        assert!(script.contains("nvidia/cu13") && script.contains("CUDA_COMPUTE_CAP"));
+        for pkg in ["nvidia-cuda-nvcc==13.0.", "nvidia-cuda-runtime==13.0.", "nvidia-cuda-nvrtc==13.0."] {
+            assert!(reqs.contains(pkg), "cuda-requirements.txt pins no {pkg}*");
+        }
+        // The libraries the bundle carries come from those wheels (cuBLAS, cuRAND, cudart).
+        for pkg in ["nvidia-cublas==", "nvidia-curand==", "nvidia-cuda-runtime=="] {
+            assert!(reqs.contains(pkg), "cuda-requirements.txt has no {pkg}");
+        }
+        assert!(CANDLE_CUDA_LIBS.iter().all(|l| l.starts_with("lib") && l.contains(".so.")));
     }
 
     fn state(exists: bool, has_marker: bool, is_empty: bool, has_git: bool) -> OutState {

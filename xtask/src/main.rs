@@ -4,7 +4,8 @@
 //! - `cargo xtask ptx [--check]`: build the kernels to PTX into `host/ptx/`, or check that the
 //!   committed PTX is fresh; both fail when a kernel can reach a panic (the panic gate).
 //! - `cargo xtask bundle`: release builds of the test and bench executables, the Python wheel
-//!   with its tests, plus a script, to run the GPU suite on a machine without a Rust toolchain.
+//!   with its tests, plus a script, to run the GPU suite on a machine without a Rust toolchain;
+//!   `--candle-cuda` adds flashattn-candle's CUDA test executable and example (`run.sh candle`).
 //! - `cargo xtask bench [ARGS]`: the benchmark sweep (`flashattn-bench run ARGS`) and its report.
 //! - `cargo xtask explain [--nq 4 --nk 4 --d 3 --block-n 2 --seed 1]`: the algorithm's worked
 //!   example, step by step.
@@ -46,7 +47,7 @@ enum Task {
         /// (`rustc -vV`) is the one here; and that no kernel in it can reach a panic.
         #[arg(long)]
         check: bool,
-        /// Do not fail when ptxas reports spills.
+        /// Do not fail when ptxas reports spills or serialised `wgmma` instructions (experiments).
         #[arg(long)]
         allow_spills: bool,
     },
@@ -58,6 +59,17 @@ enum Task {
         /// and folders holding `.git` are refused; nothing else is ever deleted.
         #[arg(long, default_value = "bundle")]
         out: std::path::PathBuf,
+        /// Also flashattn-candle's test executable and `compare` example built with the real
+        /// `cuda` feature (candle's CUDA kernels), into `candle/` for `run.sh candle`: the CUDA
+        /// 13.0 toolchain comes from PyPI wheels into target/cuda-wheels
+        /// (candle/ci/cuda-env.sh).
+        #[arg(long)]
+        candle_cuda: bool,
+        /// With --candle-cuda: carry the CUDA 13 libraries the candle executables link to
+        /// (cudart, cuBLAS, cuBLASLt, cuRAND; about 730 MB) in `candle/lib`, for a GPU
+        /// machine without the CUDA 13 toolkit. Without it, `run.sh candle` uses the machine's.
+        #[arg(long, requires = "candle_cuda")]
+        candle_cuda_libs: bool,
     },
     /// Build the benchmark in release, run `flashattn-bench run ARGS` (a sweep over sequence
     /// length, head dim, batch, mask, dtype and method, with optional PyTorch peers and Nsight
@@ -79,7 +91,14 @@ fn main() {
         Task::Setup { no_install } => toolchain::setup(!no_install),
         Task::Ptx { check: true, .. } => ptx::check(),
         Task::Ptx { check: false, allow_spills } => ptx::build(allow_spills),
-        Task::Bundle { out } => bundle::bundle(&out),
+        Task::Bundle { out, candle_cuda, candle_cuda_libs } => {
+            let candle = match (candle_cuda, candle_cuda_libs) {
+                (false, _) => bundle::CandleCuda::No,
+                (true, false) => bundle::CandleCuda::Executables,
+                (true, true) => bundle::CandleCuda::WithLibraries,
+            };
+            bundle::bundle(&out, candle)
+        }
         Task::Bench { args } => bench::bench(&args),
         Task::Explain(args) => explain::run(&args),
     };

@@ -231,7 +231,9 @@ fn byte_check(recorded: &[String], here: &[String]) -> ByteCheck {
     ByteCheck::IdentityDiffers(differing)
 }
 
-/// Runs ptxas over the committed PTX, writes `host/ptx/ptxas-report.txt`, and fails on spills.
+/// Runs ptxas over the committed PTX, writes `host/ptx/ptxas-report.txt`, and fails on spills
+/// and on serialised `wgmma` (both silent slowdowns; `--allow-spills` lets either through, for
+/// experiments).
 fn resource_report(allow_spills: bool) -> Result<()> {
     let Some(ptxas) = crate::ptxas::find() else {
         println!("ptx: ptxas not found, no resource report (`cargo xtask setup` installs it)");
@@ -259,6 +261,19 @@ fn resource_report(allow_spills: bool) -> Result<()> {
         return Err(format!(
             "ptxas reports register spills in: {}. Fix the kernel, or pass --allow-spills",
             spilling.join(", ")
+        ));
+    }
+    let serialized: Vec<String> = tables
+        .iter()
+        .flat_map(|(arch, ks)| {
+            ks.iter().filter(|k| k.wgmma_serialized).map(move |k| format!("{} ({arch})", k.name))
+        })
+        .collect();
+    if !serialized.is_empty() && !allow_spills {
+        return Err(format!(
+            "ptxas serialises the wgmma instructions of: {} (C7514/C7515: an accumulator of an in-flight \
+             wgmma is read or written before its wait). Fix the kernel, or pass --allow-spills",
+            serialized.join(", ")
         ));
     }
     Ok(())
