@@ -24,8 +24,8 @@ use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{
-    block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync, release_registers,
-    sync_threads, thread_x,
+    block_dim_x, block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync,
+    release_registers, sync_threads, thread_x,
 };
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
@@ -106,7 +106,8 @@ fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32,
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
 /// [`WgmmaParams`] says with boxes of 64 columns × `BM` (Q) or `BN` (K, V) rows; launch with
-/// `128·(C + 1)` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory.
+/// `128·(C + 1)` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory (a launch
+/// with another block size traps: a launch error rather than a hang).
 #[inline(always)]
 unsafe fn flash_fwd_wgmma<
     E: WgmmaElement,
@@ -123,6 +124,16 @@ unsafe fn flash_fwd_wgmma<
         assert!(BN == 128 && D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
     };
     type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;
+    // The roles (the last warpgroup produces), the named barriers' thread counts and the
+    // `setmaxnreg` budget (24·128 + 240·256: all of the block's registers at 168 a thread) hold
+    // for exactly `128·(C + 1)` threads. At 288 (a host built against a stale `WgmmaConfig`, the
+    // producer-warp layout) one producer warp releases 144·32 registers and the consumers'
+    // `setmaxnreg.inc` waits forever for the 72·256 it needs. Such a block stops here instead,
+    // before any barrier.
+    if block_dim_x() != (128 * (C + 1)) as u32 {
+        // SAFETY: `trap` aborts the launch (the host sees a launch error); nothing runs after it.
+        unsafe { core::arch::nvptx::trap() }
+    }
     let a = &p.attn;
     let tid = thread_x();
     let (h, z) = (block_y(), block_z());
