@@ -181,7 +181,7 @@ pub enum Method {
     Flash,
     /// The tensor-core flash kernel (`mma.sync`; f16/bf16, head dims with a tuned config).
     FlashTensorCore,
-    /// The Hopper flash kernel (sm_90 only: TMA loads, `wgmma` products, a producer warp;
+    /// The Hopper flash kernel (sm_90 only: TMA loads, `wgmma` products, a producer warpgroup;
     /// f16/bf16, head dims that are multiples of 8 up to 128, fixed-length batches, no window).
     FlashHopper,
     /// Standard attention: S = Q·Kᵀ and O = P·V by cuBLAS, S and P stored in device memory.

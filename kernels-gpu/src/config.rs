@@ -458,7 +458,7 @@ impl SimtConfig {
 
 /// A Hopper forward configuration (`gpu/flash_wgmma.rs`, sm_90a only): `block_m` query rows per
 /// block in two consumer warpgroups of 64 rows, `block_n` keys per tile, `stages` K and V tiles
-/// in flight, loaded by TMA from a producer warp.
+/// in flight, loaded by TMA from a producer warpgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaConfig {
     /// Head dimension of the tiles: a multiple of 64 (whole 128-byte swizzled panels); smaller
@@ -483,10 +483,11 @@ impl WgmmaConfig {
         self.block_m / WGMMA_ROWS
     }
 
-    /// Threads per block: the consumer warpgroups, then one producer warp that issues the TMA
-    /// loads.
+    /// Threads per block: the consumer warpgroups, then one producer warpgroup (one of its
+    /// threads issues the TMA loads; the warpgroup gives its registers to the consumers with
+    /// `setmaxnreg`, which works per warpgroup).
     pub const fn threads(&self) -> u32 {
-        128 * self.consumers() + 32
+        128 * (self.consumers() + 1)
     }
 
     /// Bytes of one tile of `rows` rows in 128-byte panels.

@@ -588,7 +588,7 @@ fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
             let c = WGMMA_CONFIGS.iter().find(|c| c.runs(d as u32)).unwrap();
             assert!(p.kernel().starts_with("flash_fwd_wgmma_bf16_d"), "{p}");
             assert_eq!(p.main_launch().unwrap().grid, (1000u32.div_ceil(c.block_m), 4, 2));
-            assert_eq!(p.main_launch().unwrap().threads, 288);
+            assert_eq!(p.main_launch().unwrap().threads, 384);
             assert_eq!(p.launches.len(), 1, "no split-KV, no combine: {p}");
         }
     }

@@ -1,7 +1,8 @@
 //! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warp.
 //!
 //! A block owns `BM = 64·C` query rows of one (sequence, head): `C` consumer warpgroups of 64
-//! rows each, and one producer warp after them. The producer's first lane loads Q once and then
+//! rows each, and one producer warpgroup after them (its registers given to the consumers with
+//! `setmaxnreg`). The producer's first thread loads Q once and then
 //! streams the K and V tiles (`BN` keys each) through a ring of `NS` stages with TMA
 //! (`cp.async.bulk.tensor`, 128-byte swizzled panels of 64 columns); each load completes a
 //! *full* barrier with its bytes. A consumer warpgroup, per key tile:
@@ -26,7 +27,10 @@ use super::arch::global;
 use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
-use super::arch::thread::{block_x, block_y, block_z, grid_dim_x, sync_threads, thread_x};
+use super::arch::thread::{
+    block_dim_x, block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync,
+    release_registers, sync_threads, thread_x,
+};
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
 use super::sequence::SeqView;
@@ -83,6 +87,13 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     }
 }
 
+/// Registers per thread of the producer warpgroup after it releases the rest, and of each
+/// consumer warpgroup after it claims them. `setmaxnreg` moves registers inside the block's own
+/// allocation (168 a thread at 384 threads: 64512), so the two must fit it exactly:
+/// 24·128 + 240·256 = 64512 (32 for the producer deadlocks: the consumers wait forever).
+const PRODUCER_REGISTERS: u32 = 24;
+const CONSUMER_REGISTERS: u32 = 240;
+
 /// The key tiles of a query tile: `[first, end)` of `BN`-key tiles.
 #[inline(always)]
 fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
@@ -99,7 +110,8 @@ fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32,
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
 /// [`WgmmaParams`] says with boxes of 64 columns × `BM` (Q) or `BN` (K, V) rows; launch with
-/// `128·C + 32` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory.
+/// `128·(C + 1)` threads and `WgmmaConfig::shared_bytes` of dynamic shared memory (a launch
+/// with another block size traps: a launch error rather than a hang).
 #[inline(always)]
 unsafe fn flash_fwd_wgmma<
     E: WgmmaElement,
@@ -116,6 +128,16 @@ unsafe fn flash_fwd_wgmma<
         assert!(BN == 128 && D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
     };
     type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;
+    // The roles (the last warpgroup produces), the named barriers' thread counts and the
+    // `setmaxnreg` budget (24·128 + 240·256: all of the block's registers at 168 a thread) hold
+    // for exactly `128·(C + 1)` threads. At 288 (a host built against a stale `WgmmaConfig`, the
+    // producer-warp layout) one producer warp releases 144·32 registers and the consumers'
+    // `setmaxnreg.inc` waits forever for the 72·256 it needs. Such a block stops here instead,
+    // before any barrier.
+    if block_dim_x() != (128 * (C + 1)) as u32 {
+        // SAFETY: `trap` aborts the launch (the host sees a launch error); nothing runs after it.
+        unsafe { core::arch::nvptx::trap() }
+    }
     let a = &p.attn;
     let tid = thread_x();
     let (h, z) = (block_y(), block_z());
@@ -148,6 +170,8 @@ unsafe fn flash_fwd_wgmma<
 
     let producer = tid >= (128 * C) as u32;
     if producer {
+        // The producer warpgroup needs few registers: it gives them to the consumers.
+        release_registers::<PRODUCER_REGISTERS>();
         if tid != (128 * C) as u32 {
             return;
         }
@@ -199,6 +223,7 @@ unsafe fn flash_fwd_wgmma<
     }
 
     // A consumer warpgroup: rows `64·wg ..` of the block; each warp 16 of them.
+    claim_registers::<CONSUMER_REGISTERS>();
     let wg = tid / 128;
     let lane = tid % 32;
     let warp_in_wg = (tid / 32) % 4;
@@ -214,14 +239,11 @@ unsafe fn flash_fwd_wgmma<
     unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), 0) };
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
 
-    for (i, j) in (j_begin..j_end).enumerate() {
+    // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
+    // (32 bytes apart inside a panel) and commits, without waiting for the products.
+    let issue_scores = |sc: &mut [f32; 64], i: usize| {
         let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let n0 = j * BN as u32;
         let k_tile = S::<D, BM, BN, NS>::k(base, s);
-        let v_tile = S::<D, BM, BN, NS>::v(base, s);
-
-        // S = Q·K_jᵀ: D/16 steps of k16, 32 bytes apart inside a panel.
-        let mut sc = [0.0f32; 64];
         // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
         unsafe {
             tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
@@ -230,42 +252,116 @@ unsafe fn flash_fwd_wgmma<
                 let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
                 let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
                 let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                E::ss_n128(&mut sc, qd, kd, (kk > 0) as u32);
+                E::ss_n128(sc, qd, kd, (kk > 0) as u32);
             }
             wgmma::commit();
-            wgmma::wait::<0>();
         }
-        wgmma::settle(&mut sc);
+    };
+    // Releases K stage `i % NS` once this warpgroup's products have read it.
+    let release_k = |i: usize| {
         if leader {
-            // SAFETY: an initialised barrier; this warpgroup's products have read the K stage.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, s)) };
+            // SAFETY: an initialised barrier.
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
         }
+    };
 
-        // Mask the tiles that cross the diagonal or the end of the keys.
-        let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
-        if n0 + BN as u32 > free_end {
-            for half in 0..2 {
-                let row = row_base + 8 * half as u32;
-                let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
-                for nt in 0..BN / 8 {
-                    for e in 0..2 {
-                        if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
-                            sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+    // The mask and the online softmax of one tile's scores (in place: scores become
+    // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
+    // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
+    // so that the arrays stay in registers at both uses.
+    let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
+    macro_rules! softmax_tile {
+        ($sc:ident, $j:expr) => {{
+            let n0 = $j * BN as u32;
+            // Mask the tiles that cross the diagonal or the end of the keys.
+            if n0 + BN as u32 > free_end {
+                for half in 0..2 {
+                    let row = row_base + 8 * half as u32;
+                    let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                    for nt in 0..BN / 8 {
+                        for e in 0..2 {
+                            if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                                $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                            }
                         }
                     }
                 }
             }
-        }
-
-        // The online softmax, as in the `mma.sync` kernel: rows g (elements 0, 1 of each 8-column
-        // block) and g + 8 (elements 2, 3).
-        let mut alphas = [1.0f32; 2];
-        for half in 0..2 {
-            let mut m = f32::NEG_INFINITY;
-            for nt in 0..BN / 8 {
-                m = m.max(sc[4 * nt + 2 * half]).max(sc[4 * nt + 2 * half + 1]);
+            let mut alphas = [1.0f32; 2];
+            for half in 0..2 {
+                let mut m = f32::NEG_INFINITY;
+                for nt in 0..BN / 8 {
+                    m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
+                }
+                alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
             }
-            alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
+            let largest = state[0].max.abs().max(state[1].max.abs());
+            let fused = shuffle::all(largest < max_fused);
+            if !fused {
+                for (k, x) in $sc.iter_mut().enumerate() {
+                    let m = state[(k % 4) / 2].max;
+                    *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+                }
+            }
+            for half in 0..2 {
+                let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
+                let mut sum = 0.0;
+                for nt in 0..BN / 8 {
+                    for e in 0..2 {
+                        let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
+                        $sc[4 * nt + 2 * half + e] = x;
+                        sum += x;
+                    }
+                }
+                state[half].add(sum);
+            }
+            alphas
+        }};
+    }
+    // P as `wgmma` A fragments (16 keys each; BN = 128: 8 of them).
+    macro_rules! pack_p {
+        ($sc:ident) => {{
+            let mut pf = [[0u32; 4]; 8];
+            for (ks, pk) in pf.iter_mut().enumerate() {
+                let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
+                let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
+                *pk = E::acc_to_a(&lo, &hi);
+            }
+            pf
+        }};
+    }
+
+    // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
+    // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
+    // cores. Registers written between a product's issue and its wait are never its
+    // accumulators or operands (else ptxas serialises every product): the output is rescaled
+    // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
+    let mut pf = [[0u32; 4]; 8];
+    let mut alphas = [1.0f32; 2];
+    if j_begin < j_end {
+        let mut sc = [0.0f32; 64];
+        issue_scores(&mut sc, 0);
+        wgmma::wait::<0>();
+        wgmma::settle(&mut sc);
+        release_k(0);
+        alphas = softmax_tile!(sc, j_begin);
+        pf = pack_p!(sc);
+    }
+    // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
+    // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
+    // the turn to the other, so that one warpgroup's softmax runs while the other's products
+    // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
+    let pingpong = C == 2 && j_begin < j_end;
+    let (my_turn, other_turn) = (1 + wg, 2 - wg);
+    if pingpong && wg == 1 {
+        named_arrive::<256>(other_turn);
+    }
+    for (i, j) in (j_begin..j_end).enumerate() {
+        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+        let v_tile = S::<D, BM, BN, NS>::v(base, s);
+        let has_next = j + 1 < j_end;
+        if pingpong {
+            named_sync::<256>(my_turn);
         }
         if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
             for op in o.iter_mut() {
@@ -277,35 +373,11 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        let largest = state[0].max.abs().max(state[1].max.abs());
-        let fused = shuffle::all(largest < max_fused);
-        if !fused {
-            for (k, x) in sc.iter_mut().enumerate() {
-                let m = state[(k % 4) / 2].max;
-                *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
-            }
+        let mut sn = [0.0f32; 64];
+        if has_next {
+            issue_scores(&mut sn, i + 1);
         }
-        for half in 0..2 {
-            let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
-            let mut sum = 0.0;
-            for nt in 0..BN / 8 {
-                for e in 0..2 {
-                    let x = exp2(fma(sc[4 * nt + 2 * half + e], a.scale_log2, offset));
-                    sc[4 * nt + 2 * half + e] = x;
-                    sum += x;
-                }
-            }
-            state[half].add(sum);
-        }
-
-        // O += P·V_j: P as A fragments (16 keys each), V's panels as N-major B operands.
-        // (BN = 128: 8 steps of 16 keys.)
-        let mut pf = [[0u32; 4]; 8];
-        for (ks, pk) in pf.iter_mut().enumerate() {
-            let lo = [sc[8 * ks], sc[8 * ks + 1], sc[8 * ks + 2], sc[8 * ks + 3]];
-            let hi = [sc[8 * ks + 4], sc[8 * ks + 5], sc[8 * ks + 6], sc[8 * ks + 7]];
-            *pk = E::acc_to_a(&lo, &hi);
-        }
+        // O += P_j·V_j: V's panels as N-major B operands.
         // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
         unsafe {
             tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
@@ -321,15 +393,32 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
             wgmma::commit();
-            wgmma::wait::<0>();
         }
+        if pingpong {
+            named_arrive::<256>(other_turn);
+        }
+        // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
+        // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
+        // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
+        wgmma::wait::<0>();
         for op in o.iter_mut() {
             wgmma::settle(op);
         }
+        wgmma::settle(&mut sn);
         if leader {
-            // SAFETY: as above, for the V stage.
+            // SAFETY: an initialised barrier; the products have read the V stage.
             unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
         }
+        if has_next {
+            release_k(i + 1);
+            alphas = softmax_tile!(sn, j + 1);
+            pf = pack_p!(sn);
+        }
+    }
+    if pingpong && wg == 0 {
+        // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
+        // ends as it started.
+        named_sync::<256>(my_turn);
     }
 
     // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.

@@ -77,3 +77,42 @@ pub fn sync_threads() {
     // SAFETY: a barrier; all threads of the block reach it (see the precondition).
     unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) }
 }
+
+/// `setmaxnreg.dec.sync.aligned.u32 N`: this warpgroup gives registers back, keeping `N` per
+/// thread (a multiple of 8, 24–256). All 128 threads of the warpgroup execute it together. Takes
+/// effect only in kernels with a register cap at entry (`.maxntid` and `.minnctapersm`, which
+/// `cargo xtask ptx` writes), else ptxas ignores it with a warning.
+#[inline(always)]
+pub fn release_registers<const N: u32>() {
+    // SAFETY: warpgroup-collective; callers keep the warpgroup converged.
+    unsafe { core::arch::asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nostack)) }
+}
+
+/// `setmaxnreg.inc.sync.aligned.u32 N`: this warpgroup takes registers, up to `N` per thread,
+/// from those other warpgroups released (it waits until they are free).
+#[inline(always)]
+pub fn claim_registers<const N: u32>() {
+    // SAFETY: as [`release_registers`].
+    unsafe { core::arch::asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack)) }
+}
+
+/// `barrier.sync ID, THREADS`: waits at named barrier `ID` (1–15; 0 is [`sync_threads`]'s)
+/// until `THREADS` threads (a multiple of 32) have arrived there, this thread's warp included.
+/// Used between warpgroups: one waits for the other's [`named_arrive`].
+#[inline(always)]
+pub fn named_sync<const THREADS: u32>(id: u32) {
+    // SAFETY: a barrier; the callers pair every wait with arrivals (see the kernels).
+    unsafe {
+        core::arch::asm!("barrier.sync {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack))
+    }
+}
+
+/// `barrier.arrive ID, THREADS`: counts this warp's arrival at named barrier `ID` without
+/// waiting.
+#[inline(always)]
+pub fn named_arrive<const THREADS: u32>(id: u32) {
+    // SAFETY: as [`named_sync`].
+    unsafe {
+        core::arch::asm!("barrier.arrive {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack))
+    }
+}
