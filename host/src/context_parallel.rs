@@ -71,45 +71,53 @@ pub struct StepWork {
 }
 
 /// The work of rank `rank` of `ranks` at every step, for shards of `shard_len` tokens: step `s`
-/// attends to the block of rank `(rank − s) mod ranks`. Causal shards are zigzag (two chunks of
-/// `shard_len / 2`, which must be even); see the module docs.
+/// attends to the block of rank `(rank − s) mod ranks`, one launch per step. Causal shards are
+/// zigzag (two chunks of `shard_len / 2`, which must be even); see the module docs:
+/// - step 0, the rank's own block: the whole shard against the whole block with the causal mask
+///   (the two chunks are in sequence order, so the mask of the concatenation is the right one);
+/// - a block from a lower rank: the whole shard against the block's first chunk, unmasked;
+/// - from a higher rank: the shard's second chunk against the whole block, unmasked.
+///
+/// The lower ranks' blocks come first (steps 1 … rank), so both chunks of the shard have had
+/// the same number of contributions whenever a launch covers both.
 pub fn schedule(rank: usize, ranks: usize, shard_len: usize, causal: bool) -> Vec<Vec<StepWork>> {
-    let work = |q: Range<usize>, k: Range<usize>, causal: bool, slot: usize| StepWork {
-        q_rows: q,
-        k_rows: k,
-        causal,
-        slot,
-    };
     let l = shard_len;
-    if !causal {
-        return (0..ranks).map(|s| vec![work(0..l, 0..l, false, s)]).collect();
-    }
     let c = l / 2;
-    let (first, second) = (0..c, c..l);
-    let mut slots = [0usize; 2];
-    let mut next = |part: usize| {
-        let s = slots[part];
-        slots[part] += 1;
-        s
-    };
+    let mut seen = [0usize; 2];
     (0..ranks)
         .map(|s| {
             let src = (rank + ranks - s) % ranks;
-            if s == 0 {
-                vec![
-                    work(first.clone(), first.clone(), true, next(0)),
-                    work(second.clone(), 0..l, true, next(1)),
-                ]
+            let (q_rows, k_rows, masked) = if !causal {
+                (0..l, 0..l, false)
+            } else if s == 0 {
+                (0..l, 0..l, true)
             } else if src < rank {
-                vec![
-                    work(first.clone(), first.clone(), false, next(0)),
-                    work(second.clone(), first.clone(), false, next(1)),
-                ]
+                (0..l, 0..c, false)
             } else {
-                vec![work(second.clone(), 0..l, false, next(1))]
+                (c..l, 0..l, false)
+            };
+            // The contribution index of the launch's rows (equal for both chunks when it covers both).
+            let first_chunk = q_rows.start == 0;
+            let slot = if first_chunk { seen[0] } else { seen[1] };
+            if first_chunk {
+                seen[0] += 1;
             }
+            seen[1] += 1;
+            vec![StepWork { q_rows, k_rows, causal: masked, slot }]
         })
         .collect()
+}
+
+/// The query parts whose rows share a contribution count: the whole shard, or (causal) its two
+/// chunks, which the lower ranks' blocks reach both and the higher ranks' the second only.
+fn query_parts(shard_len: usize, causal: bool) -> Vec<Range<usize>> {
+    let mut parts = Vec::with_capacity(2);
+    if causal {
+        parts.extend([0..shard_len / 2, shard_len / 2..shard_len]);
+    } else {
+        parts.push(0..shard_len);
+    }
+    parts
 }
 
 /// How the K/V blocks travel between the GPUs.
@@ -378,15 +386,12 @@ impl Ring {
         for r in 0..ranks {
             let dev = &self.devices[r];
             let out_layout = shards[r].out.layout;
-            for (q_rows, slots) in &parts[r] {
+            // Every step's launches are of one kernel family (the element type's).
+            let main = step_problems[r][0].first().map(|l| &l.plan);
+            let family = main.and_then(|p| p.main_launch()).and_then(|l| l.kernel).map(|k| k.info().family);
+            let (Some(plan), Some(family)) = (main, family) else { continue };
+            for (q_rows, slots, sub) in &parts[r] {
                 let (q_rows, slots) = (q_rows.clone(), *slots);
-                // Step 0 attends every query part (to the rank's own block).
-                let found =
-                    step_problems[r][0].iter().zip(&schedules[r][0]).find(|(_, w)| w.q_rows == q_rows);
-                let Some((l, _)) = found else { continue };
-                let (sub, plan) = (&l.sub, &l.plan);
-                let family = plan.main_launch().and_then(|l| l.kernel).map(|k| k.info().family);
-                let Some(family) = family else { continue };
                 let launch = crate::plan::combine_launch(plan.method, dev.props(), family, sub)?;
                 let (po, pl) = partial_at(r, 0, q_rows.start);
                 let io = Io {
@@ -554,8 +559,9 @@ impl Ring {
         let mut parts = Vec::with_capacity(ranks);
         for (r, (dev, s)) in self.devices.iter().zip(shards).enumerate() {
             let sched = schedule(r, ranks, lq, opts.causal);
-            // Per query part: the partial slots its launches use.
-            let mut used: Vec<(Range<usize>, usize)> = Vec::new();
+            // Per query part: the partial slots its launches have used.
+            let qparts = query_parts(lq, opts.causal);
+            let mut used = vec![0usize; qparts.len()];
             let mut per_step = Vec::with_capacity(ranks);
             for works in &sched {
                 let mut launches = Vec::with_capacity(works.len());
@@ -583,23 +589,39 @@ impl Ring {
                             );
                         }
                     };
-                    // The part's slots so far: this launch writes the next `slots`.
-                    let first_slot = match used.iter_mut().find(|(rows, _)| *rows == w.q_rows) {
-                        Some((_, n)) => std::mem::replace(n, *n + slots),
-                        None => {
-                            used.push((w.q_rows.clone(), slots));
-                            0
+                    // The parts this launch covers have used the same slots so far (the
+                    // schedule's order): it writes the next `slots` of each.
+                    let covered: Vec<usize> = (0..qparts.len())
+                        .filter(|&i| w.q_rows.start <= qparts[i].start && qparts[i].end <= w.q_rows.end)
+                        .collect();
+                    let first_slot = covered.first().map_or(0, |&i| used[i]);
+                    if covered.iter().any(|&i| used[i] != first_slot) {
+                        return Err(RingError::Feature {
+                            feature: "a schedule whose parts disagree (a bug)",
                         }
-                    };
+                        .into());
+                    }
+                    covered.iter().for_each(|&i| used[i] += slots);
                     launches.push(Launch { sub, plan, first_slot });
                 }
                 per_step.push(launches);
             }
             schedules.push(sched);
             step_problems.push(per_step);
-            parts.push(used);
+            // The combine's view of each part: its query rows (any keys: it reads none).
+            let mut merges = Vec::with_capacity(qparts.len());
+            for (rows, n) in qparts.into_iter().zip(used) {
+                let (q, o) = (
+                    Layout { seqlen: rows.len(), ..s.q.layout },
+                    Layout { seqlen: rows.len(), ..s.out.layout },
+                );
+                let lens = [q, kv_layout, kv_layout, o].map(|l| l.required_len().unwrap_or(0));
+                let sub = Problem::new(q, kv_layout, kv_layout, o, lens, &step_opts)?;
+                merges.push((rows, n, sub));
+            }
+            parts.push(merges);
         }
-        let slots = parts.iter().flatten().map(|(_, n)| *n).max().unwrap_or(0);
+        let slots = parts.iter().flatten().map(|(_, n, _)| *n).max().unwrap_or(0);
         Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots })
     }
 }
@@ -620,7 +642,7 @@ struct Setup {
     kv_layout: Layout,
     schedules: Vec<Vec<Vec<StepWork>>>,
     step_problems: Vec<Vec<Vec<Launch>>>,
-    parts: Vec<Vec<(Range<usize>, usize)>>,
+    parts: Vec<Vec<(Range<usize>, usize, Problem)>>,
     slots: usize,
 }
 
