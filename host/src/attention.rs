@@ -229,6 +229,12 @@ pub(crate) struct PartialRows {
     /// full shard's query length when the problem is a part of its rows (and the addresses then
     /// start at the part's first row).
     pub lse_seq_stride: u32,
+    /// The Hopper kernel's running merge (see [`flashattn_kernels::params::WgmmaParams`]): whether
+    /// the slot holds earlier steps' result for these rows, and how many leading rows of the
+    /// launch are final (written to `o` and `lse` instead).
+    pub merge: bool,
+    /// Leading rows of the launch that are final.
+    pub final_rows: u32,
 }
 
 pub(crate) fn strides(l: &Layout) -> [u64; 3] {

@@ -255,7 +255,7 @@ impl Ring {
         let ranks = self.ranks();
         let dtype = T::DTYPE;
         let setup = self.check(shards, opts)?;
-        let Setup { problem, kv_layout, schedules, step_problems, parts, slots } = setup;
+        let Setup { problem, kv_layout, schedules, step_problems, parts, slots, fused } = setup;
         let elem = dtype.size_bytes() as u64;
         let (q_layout, d) = (*problem.q(), problem.head_dim());
         let rows = problem.lse_len() as u64;
@@ -313,6 +313,7 @@ impl Ring {
         let lse_addr: Vec<u64> =
             shards.iter().map(|s| s.lse.as_ref().map_or(0, |l| l.device_address())).collect();
         let out_addr: Vec<u64> = shards.iter().map(|s| s.out.buf.device_address()).collect();
+        let out_layout: Vec<Layout> = shards.iter().map(|s| s.out.layout).collect();
         let q_addr: Vec<u64> = shards.iter().map(|s| s.q.buf.device_address()).collect();
         let partial_at = |r: usize, slot: usize, row: usize| {
             let lse_base = base[r] + 4 * (slots as u64 * rows * d as u64);
@@ -368,13 +369,16 @@ impl Ring {
                         q: q_addr[r] + elem * (w.q_rows.start * q_layout.seq_stride) as u64,
                         k: k_addr + elem * (w.k_rows.start * kv_layout.seq_stride) as u64,
                         v: v_addr + elem * (w.k_rows.start * kv_layout.seq_stride) as u64,
-                        o: 0,
-                        lse: 0,
+                        // (Written only by the running merge, for the launch's final rows.)
+                        o: out_addr[r] + elem * (w.q_rows.start * out_layout[r].seq_stride) as u64,
+                        lse: if lse_addr[r] == 0 { 0 } else { lse_addr[r] + 4 * w.q_rows.start as u64 },
                         partial: Some(PartialRows {
                             o: po,
                             lse: pl,
                             rows,
                             lse_seq_stride: q_layout.seqlen as u32,
+                            merge: l.merge,
+                            final_rows: l.final_rows as u32,
                         }),
                     };
                     dev.run_kernels(stream, dtype, &l.sub, io, &l.plan)?;
@@ -382,8 +386,8 @@ impl Ring {
                 computed[r].push(event(stream)?);
             }
         }
-        // Merge each query part's slots into O (and the log-sum-exp).
-        for r in 0..ranks {
+        // Merge each query part's slots into O (and the log-sum-exp), unless the launches did.
+        for r in (0..ranks).filter(|_| !fused) {
             let dev = &self.devices[r];
             let out_layout = shards[r].out.layout;
             // Every step's launches are of one kernel family (the element type's).
@@ -405,6 +409,8 @@ impl Ring {
                         lse: pl,
                         rows,
                         lse_seq_stride: q_layout.seqlen as u32,
+                        merge: false,
+                        final_rows: 0,
                     }),
                 };
                 let mut params = attn_params(sub, io, None, 0);
@@ -602,7 +608,7 @@ impl Ring {
                         .into());
                     }
                     covered.iter().for_each(|&i| used[i] += slots);
-                    launches.push(Launch { sub, plan, first_slot });
+                    launches.push(Launch { sub, plan, first_slot, covered, merge: false, final_rows: 0 });
                 }
                 per_step.push(launches);
             }
@@ -621,8 +627,27 @@ impl Ring {
             }
             parts.push(merges);
         }
-        let slots = parts.iter().flatten().map(|(_, n, _)| *n).max().unwrap_or(0);
-        Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots })
+        // On the Hopper kernel every launch merges its rows into one running f32 slot and writes
+        // the final rows itself: no combine, one slot. (The `mma.sync` kernel's two splits per
+        // launch go to separate slots that the combine merges.)
+        let fused = step_problems.iter().flatten().flatten().all(|l| l.plan.method == Method::FlashHopper);
+        if fused {
+            for (per_step, merges) in step_problems.iter_mut().zip(&parts) {
+                for l in per_step.iter_mut().flatten() {
+                    l.merge = l.first_slot > 0;
+                    // Parts are in row order and a part ends no later than the parts after it.
+                    l.final_rows = l
+                        .covered
+                        .iter()
+                        .take_while(|&&i| l.first_slot + 1 == merges[i].1)
+                        .map(|&i| merges[i].0.len())
+                        .sum();
+                    l.first_slot = 0;
+                }
+            }
+        }
+        let slots = if fused { 1 } else { parts.iter().flatten().map(|(_, n, _)| *n).max().unwrap_or(0) };
+        Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots, fused })
     }
 }
 
@@ -632,6 +657,12 @@ struct Launch {
     sub: Problem,
     plan: Plan,
     first_slot: usize,
+    /// The query parts the launch covers (indices into the rank's parts, in row order).
+    covered: Vec<usize>,
+    /// Running merge (every launch on the Hopper kernel): whether the rows have a running result.
+    merge: bool,
+    /// Running merge: the launch's leading rows whose last contribution this is.
+    final_rows: usize,
 }
 
 /// A validated call: rank 0's whole-shard problem, the K/V layout every rank shares, per rank
@@ -644,6 +675,8 @@ struct Setup {
     step_problems: Vec<Vec<Vec<Launch>>>,
     parts: Vec<Vec<(Range<usize>, usize, Problem)>>,
     slots: usize,
+    /// Whether every launch merges into a running slot (the Hopper kernel): no combine.
+    fused: bool,
 }
 
 /// Enables `a`'s access to `b`'s memory; whether the hardware allows it.

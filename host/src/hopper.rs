@@ -112,6 +112,8 @@ impl Device {
         let params = WgmmaParams {
             attn: attn_params(problem, io, None, config.block_n),
             maps: maps_buf.device_address(),
+            merge: io.partial.is_some_and(|p| p.merge) as u32,
+            final_rows: io.partial.map_or(0, |p| p.final_rows),
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; the maps buffer is freed in stream order, after the kernel.

@@ -151,6 +151,15 @@ pub struct WgmmaParams {
     pub attn: AttnParams,
     /// The tensor maps: Q at `maps`, K at `maps + 128`, V at `maps + 256`.
     pub maps: u64,
+    /// With `attn.partial_o` set (a step of context-parallel attention): 1 when the partial rows
+    /// hold the running result of earlier steps, merged with this launch's by log-sum-exp (the
+    /// combine's rule, [`crate::softmax::SplitMerge`]) before anything is written; 0 when this
+    /// launch is the rows' first contribution.
+    pub merge: u32,
+    /// With `attn.partial_o` set: the launch's rows below this one are final (their last
+    /// contribution): the merged rows go to `attn.o` and `attn.lse` in the storage type, the
+    /// others back to the partial rows in f32.
+    pub final_rows: u32,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

@@ -15,9 +15,10 @@
 //!    repacked, no shared-memory round trip) and V by descriptor (N-major), then releases the
 //!    V stage.
 //!
-//! With `partial_o` set (a step of context-parallel attention) the normalised rows and their
-//! log-sum-exps are written in f32 to the partial buffers instead of O and the log-sum-exp, for
-//! the combine kernel to merge ([`super::combine`]).
+//! With `partial_o` set (a step of context-parallel attention) each row is merged by
+//! log-sum-exp with the running result of the earlier steps (f32, in the partial rows) and
+//! written back there, or, at the row's last contribution, to O and the log-sum-exp
+//! ([`WgmmaParams::merge`], [`WgmmaParams::final_rows`]): no combine kernel, one f32 slot.
 //!
 //! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
@@ -38,7 +39,7 @@ use crate::config::{WGMMA_PANEL, WgmmaConfig};
 use crate::mask;
 use crate::math::{exp2, fma};
 use crate::params::{TENSOR_MAP_BYTES, WgmmaParams};
-use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
+use crate::softmax::{FUSED_LIMIT, OnlineSoftmax, SplitMerge};
 
 /// Where everything is in the block's shared memory (offsets from a 1024-byte aligned base).
 struct Smem<const D: usize, const BM: usize, const BN: usize, const NS: usize>;
@@ -432,23 +433,51 @@ unsafe fn flash_fwd_wgmma<
             continue;
         }
         if a.partial_o != 0 {
-            // Partial results (one step of context-parallel attention): the normalised row and
-            // its log-sum-exp in f32, merged later by the combine kernel.
+            // A step of context-parallel attention: this launch's row, merged with the running
+            // result of earlier steps (f32, in the partial rows) by log-sum-exp, goes back there,
+            // or, at the row's last contribution, to O and the log-sum-exp.
             let idx = seq.lse_index(a, h, row);
-            if t4 == 0 {
-                // SAFETY: row `idx` of the partial log-sum-exps (host sizing).
-                unsafe { global::store_f32(a.partial_lse + 4 * idx, res.lse) };
+            let part_row = a.partial_o + 4 * idx * d as u64;
+            let (mut w_prev, mut w_cur, mut lse) = (0.0f32, res.inv_sum, res.lse);
+            if p.merge != 0 {
+                // SAFETY: row `idx` of the partial log-sum-exps, written by an earlier step.
+                let prev = unsafe { global::load_f32_rw(a.partial_lse + 4 * idx) };
+                let mut merge = SplitMerge::new();
+                merge.see(prev);
+                merge.see(res.lse);
+                let (wp, wc) = (merge.weight(prev), merge.weight(res.lse));
+                let fin = merge.finish(wp + wc);
+                (w_prev, w_cur, lse) = (wp * fin.inv_sum, wc * fin.inv_sum * res.inv_sum, fin.lse);
             }
-            let row_addr = a.partial_o + 4 * idx * d as u64;
+            let last = row < p.final_rows;
+            if t4 == 0 {
+                let at = if last { a.lse } else { a.partial_lse };
+                if at != 0 {
+                    // SAFETY: row `idx` of the log-sum-exp output or of the partial ones (host
+                    // sizing).
+                    unsafe { global::store_f32(at + 4 * idx, lse) };
+                }
+            }
+            let o_row = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
             for (panel, op) in o.iter().enumerate() {
                 for dt in 0..8 {
                     let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
                     if col < d {
-                        let x =
-                            [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
-                        // SAFETY: columns col, col + 1 < d of partial row `idx` (host sizing),
-                        // 8-byte aligned.
-                        unsafe { global::store_f32x2(row_addr + 4 * col as u64, x) };
+                        let mut x = [op[4 * dt + 2 * half] * w_cur, op[4 * dt + 2 * half + 1] * w_cur];
+                        if p.merge != 0 {
+                            // SAFETY: columns col, col + 1 < d of partial row `idx`, 8-byte
+                            // aligned, written by an earlier step; only this lane rewrites them.
+                            let y = unsafe { global::load_f32x2_rw(part_row + 4 * col as u64) };
+                            x = [fma(y[0], w_prev, x[0]), fma(y[1], w_prev, x[1])];
+                        }
+                        if last {
+                            // SAFETY: row < len_q, columns col, col + 1 < d: inside O, 4-byte
+                            // aligned.
+                            unsafe { global::store_u32(o_row + 2 * col as u64, E::pack(x[0], x[1])) };
+                        } else {
+                            // SAFETY: as for the load (host sizing).
+                            unsafe { global::store_f32x2(part_row + 4 * col as u64, x) };
+                        }
                     }
                 }
             }

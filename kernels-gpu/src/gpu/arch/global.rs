@@ -201,6 +201,33 @@ pub unsafe fn load_f32x4(addr: u64) -> [f32; 4] {
     [x, y, z, w]
 }
 
+/// `ld.global.v2.f32` (coherent, not `.nc`): two f32 that this kernel overwrites after reading
+/// them (a running context-parallel result, read and rewritten in place by the same thread).
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32x2_rw(addr: u64) -> [f32; 2] {
+    let (x, y): (f32, f32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.global.v2.f32 {{{x}, {y}}}, [{a}];", x = out(reg32) x, y = out(reg32) y, a = in(reg64) addr)
+    };
+    [x, y]
+}
+
+/// `ld.global.f32` (coherent, not `.nc`): an f32 that this kernel overwrites after reading it.
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32_rw(addr: u64) -> f32 {
+    let x: f32;
+    // SAFETY: caller's contract.
+    unsafe { asm!("ld.global.f32 {x}, [{a}];", x = out(reg32) x, a = in(reg64) addr) };
+    x
+}
+
 /// `red.global.add.f32`: adds `x` to the f32 at `addr` atomically (no result returned).
 ///
 /// # Safety
