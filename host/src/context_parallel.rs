@@ -5,10 +5,13 @@
 //! at step `s` rank `r` holds the block of rank `(r − s) mod P`, attends its own queries to it
 //! with the library's kernels (the fastest path for the shape, as [`crate::Method::Auto`]
 //! picks), while the next block travels to it on a separate stream (peer copies on the copy
-//! engines, ordered by events). Each step writes its normalised output and log-sum-exp in
-//! **f32** into a slot of a partial buffer; at the end the split-KV combine kernel merges the
-//! slots by log-sum-exp, in f32, and writes O in the input dtype once. No partial result is
-//! ever rounded to 16 bits, so the error does not grow with the ring size.
+//! engines, ordered by events). Each step's rows stay in **f32** until their last contribution:
+//! on the Hopper kernel each launch merges its rows by log-sum-exp into one running f32 result
+//! and writes the rows whose last contribution it is to O and the log-sum-exp itself
+//! ([`StepLaunch::merge`], [`StepLaunch::final_rows`]); on the `mma.sync` kernel each launch
+//! writes f32 slots (two splits) that the split-KV combine kernel merges at the end. No partial
+//! result is ever rounded to 16 bits, so the error does not grow with the ring size.
+//! [`plan_launches`] shows every launch of a call without GPUs.
 //!
 //! **Layout (zigzag).** Each sequence of `N` tokens is cut into `2P` chunks of `c = N / 2P`;
 //! rank `r` holds chunks `r` and `2P − 1 − r`, in that order ([`zigzag_chunks`],
@@ -30,7 +33,7 @@ use cudarc::driver::{CudaEvent, CudaStream, result as cu, sys};
 
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, PartialRows, attn_params};
 use crate::buffer::{DType, DeviceBuffer, Element};
-use crate::device::{Device, LaunchShape};
+use crate::device::{Device, DeviceProps, LaunchShape};
 use crate::error::{DriverContext, Error, InvalidInput, Result, RingError};
 use crate::external::required_alignment;
 use crate::plan::{Plan, Reason};
@@ -484,30 +487,8 @@ impl Ring {
         if shards.len() != ranks {
             return Err(RingError::ShardCount { ranks, shards: shards.len() }.into());
         }
-        let feature = |feature| Err(Error::from(RingError::Feature { feature }));
-        if opts.varlen.is_some() {
-            return feature("variable-length batches");
-        }
-        if !opts.window.is_none() {
-            return feature("sliding windows");
-        }
-        if opts.softcap.is_some() {
-            return feature("soft-capping");
-        }
-        if opts.alibi_slopes.is_some() {
-            return feature("ALiBi");
-        }
-        if opts.cache_seqlens.is_some() || opts.block_table.is_some() {
-            return feature("K/V caches");
-        }
-        if opts.splits.is_some() {
-            return feature("split-KV (each step is one split already)");
-        }
-        if !matches!(T::DTYPE, DType::F16 | DType::BF16) {
-            return Err(RingError::DType { dtype: T::DTYPE }.into());
-        }
-        for (r, (dev, s)) in self.devices.iter().zip(shards).enumerate() {
-            let _ = r;
+        check_options(T::DTYPE, opts)?;
+        for (dev, s) in self.devices.iter().zip(shards) {
             for (what, buf) in [("q", s.q.buf), ("k", s.k.buf), ("v", s.v.buf)] {
                 dev.owns(what, buf)?;
             }
@@ -534,22 +515,7 @@ impl Ring {
             }
         }
         let kv_layout = first.k.layout;
-        let dense = kv_layout.batch * kv_layout.seqlen * kv_layout.heads * kv_layout.head_dim;
-        if kv_layout.required_len() != Some(dense) || kv_layout.overlaps() {
-            return Err(RingError::KvNotDense {
-                strides: [kv_layout.batch_stride, kv_layout.seq_stride, kv_layout.head_stride],
-            }
-            .into());
-        }
-        for (tensor, l) in [("q", &first.q.layout), ("out", &first.out.layout)] {
-            if required_alignment(T::DTYPE, l) != 16 {
-                return Err(RingError::Unaligned { tensor }.into());
-            }
-        }
-        let (lq, lk) = (first.q.layout.seqlen, kv_layout.seqlen);
-        if opts.causal && (lq != lk || lq % 2 != 0) {
-            return Err(RingError::CausalShard { seqlen_q: lq, seqlen_k: lk }.into());
-        }
+        check_layouts(T::DTYPE, &first.q.layout, &kv_layout, &first.out.layout, opts)?;
         // The whole shard, validated as one call (buffers, heads, groups, log-sum-exp length).
         let mut problems = Vec::with_capacity(ranks);
         for s in shards {
@@ -559,96 +525,233 @@ impl Ring {
             problems.push(p);
         }
         let problem = problems.swap_remove(0);
-        let step_opts = AttentionOptions { scale: Some(problem.scale()), splits: Some(1), ..opts.clone() };
-        let mut schedules = Vec::with_capacity(ranks);
-        let mut step_problems = Vec::with_capacity(ranks);
-        let mut parts = Vec::with_capacity(ranks);
-        for (r, (dev, s)) in self.devices.iter().zip(shards).enumerate() {
-            let sched = schedule(r, ranks, lq, opts.causal);
-            // Per query part: the partial slots its launches have used.
-            let qparts = query_parts(lq, opts.causal);
-            let mut used = vec![0usize; qparts.len()];
-            let mut per_step = Vec::with_capacity(ranks);
-            for works in &sched {
-                let mut launches = Vec::with_capacity(works.len());
-                for w in works {
-                    let part = |l: &Layout, rows: &Range<usize>| Layout { seqlen: rows.len(), ..*l };
-                    let (q, k) = (part(&s.q.layout, &w.q_rows), part(&kv_layout, &w.k_rows));
-                    let o = part(&s.out.layout, &w.q_rows);
-                    let lens = [q, k, k, o].map(|l| l.required_len().unwrap_or(0));
-                    let o_opts = AttentionOptions { causal: w.causal, ..step_opts.clone() };
-                    let sub = Problem::new(q, k, k, o, lens, &o_opts)?;
-                    let mut plan = crate::plan::plan(dev.props(), T::DTYPE, &sub, &o_opts)?;
-                    if plan.method == Method::FlashTensorCore {
-                        // The `mma.sync` kernel writes partial results only when it splits the
-                        // keys: two splits, two slots.
-                        let split =
-                            AttentionOptions { method: Method::FlashTensorCore, splits: Some(2), ..o_opts };
-                        plan = crate::plan::plan(dev.props(), T::DTYPE, &sub, &split)?;
-                    }
-                    let slots = match plan.method {
-                        Method::FlashHopper if plan.splits == 1 => 1,
-                        Method::FlashTensorCore if plan.splits == 2 => 2,
-                        method => {
-                            return Err(
-                                InvalidInput::Unsupported { method, reason: Reason::NoSplitKv }.into()
-                            );
-                        }
-                    };
-                    // The parts this launch covers have used the same slots so far (the
-                    // schedule's order): it writes the next `slots` of each.
-                    let covered: Vec<usize> = (0..qparts.len())
-                        .filter(|&i| w.q_rows.start <= qparts[i].start && qparts[i].end <= w.q_rows.end)
-                        .collect();
-                    let first_slot = covered.first().map_or(0, |&i| used[i]);
-                    if covered.iter().any(|&i| used[i] != first_slot) {
-                        return Err(RingError::Feature {
-                            feature: "a schedule whose parts disagree (a bug)",
-                        }
-                        .into());
-                    }
-                    covered.iter().for_each(|&i| used[i] += slots);
-                    launches.push(Launch { sub, plan, first_slot, covered, merge: false, final_rows: 0 });
-                }
-                per_step.push(launches);
-            }
-            schedules.push(sched);
-            step_problems.push(per_step);
-            // The combine's view of each part: its query rows (any keys: it reads none).
-            let mut merges = Vec::with_capacity(qparts.len());
-            for (rows, n) in qparts.into_iter().zip(used) {
-                let (q, o) = (
-                    Layout { seqlen: rows.len(), ..s.q.layout },
-                    Layout { seqlen: rows.len(), ..s.out.layout },
-                );
-                let lens = [q, kv_layout, kv_layout, o].map(|l| l.required_len().unwrap_or(0));
-                let sub = Problem::new(q, kv_layout, kv_layout, o, lens, &step_opts)?;
-                merges.push((rows, n, sub));
-            }
-            parts.push(merges);
-        }
-        // On the Hopper kernel every launch merges its rows into one running f32 slot and writes
-        // the final rows itself: no combine, one slot. (The `mma.sync` kernel's two splits per
-        // launch go to separate slots that the combine merges.)
-        let fused = step_problems.iter().flatten().flatten().all(|l| l.plan.method == Method::FlashHopper);
-        if fused {
-            for (per_step, merges) in step_problems.iter_mut().zip(&parts) {
-                for l in per_step.iter_mut().flatten() {
-                    l.merge = l.first_slot > 0;
-                    // Parts are in row order and a part ends no later than the parts after it.
-                    l.final_rows = l
-                        .covered
-                        .iter()
-                        .take_while(|&&i| l.first_slot + 1 == merges[i].1)
-                        .map(|&i| merges[i].0.len())
-                        .sum();
-                    l.first_slot = 0;
-                }
-            }
-        }
-        let slots = if fused { 1 } else { parts.iter().flatten().map(|(_, n, _)| *n).max().unwrap_or(0) };
-        Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots, fused })
+        let props: Vec<&DeviceProps> = self.devices.iter().map(|d| d.props()).collect();
+        let outs: Vec<(Layout, Layout)> = shards.iter().map(|s| (s.q.layout, s.out.layout)).collect();
+        plan_steps(&props, T::DTYPE, &outs, kv_layout, problem, opts)
     }
+}
+
+/// The options a ring refuses, and the element types it runs.
+fn check_options(dtype: DType, opts: &AttentionOptions) -> Result<()> {
+    let feature = |feature| Err(Error::from(RingError::Feature { feature }));
+    if opts.varlen.is_some() {
+        return feature("variable-length batches");
+    }
+    if !opts.window.is_none() {
+        return feature("sliding windows");
+    }
+    if opts.softcap.is_some() {
+        return feature("soft-capping");
+    }
+    if opts.alibi_slopes.is_some() {
+        return feature("ALiBi");
+    }
+    if opts.cache_seqlens.is_some() || opts.block_table.is_some() {
+        return feature("K/V caches");
+    }
+    if opts.splits.is_some() {
+        return feature("split-KV (each step is one split already)");
+    }
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(RingError::DType { dtype }.into());
+    }
+    Ok(())
+}
+
+/// What the shard layouts must be: K and V dense (they travel as one copy), Q and O in 16-byte
+/// rows (the partial results are merged 16 bytes at a time), causal shards of two equal chunks
+/// with as many keys as queries.
+fn check_layouts(dtype: DType, q: &Layout, kv: &Layout, out: &Layout, opts: &AttentionOptions) -> Result<()> {
+    let dense = kv.batch * kv.seqlen * kv.heads * kv.head_dim;
+    if kv.required_len() != Some(dense) || kv.overlaps() {
+        return Err(
+            RingError::KvNotDense { strides: [kv.batch_stride, kv.seq_stride, kv.head_stride] }.into()
+        );
+    }
+    for (tensor, l) in [("q", q), ("out", out)] {
+        if required_alignment(dtype, l) != 16 {
+            return Err(RingError::Unaligned { tensor }.into());
+        }
+    }
+    let (lq, lk) = (q.seqlen, kv.seqlen);
+    if opts.causal && (lq != lk || lq % 2 != 0) {
+        return Err(RingError::CausalShard { seqlen_q: lq, seqlen_k: lk }.into());
+    }
+    Ok(())
+}
+
+/// One launch of a ring step, as [`plan_launches`] plans it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepLaunch {
+    /// The step (the block of rank `(rank − step) mod ranks`).
+    pub step: usize,
+    /// Its query rows, key rows and mask.
+    pub work: StepWork,
+    /// The kernel it runs.
+    pub method: Method,
+    /// The first partial slot it writes, and how many (the kernel's splits).
+    pub slots: Range<usize>,
+    /// Running merge (every launch on the Hopper kernel): whether its rows have a running result
+    /// from earlier steps.
+    pub merge: bool,
+    /// Running merge: its leading rows whose last contribution this is (written to O).
+    pub final_rows: usize,
+}
+
+/// Every launch of a context-parallel call ([`plan_launches`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingLaunches {
+    /// Per rank, its launches in step order.
+    pub per_rank: Vec<Vec<StepLaunch>>,
+    /// Whether the launches merge their rows themselves (every one on the Hopper kernel); else
+    /// a combine kernel merges the slots at the end.
+    pub running_merge: bool,
+    /// f32 partial slots per query row.
+    pub slots: usize,
+}
+
+/// Every launch of a context-parallel call, planned without GPUs: what [`Ring::attention`] runs
+/// on devices of these properties, with shards of these layouts on every rank.
+pub fn plan_launches(
+    props: &DeviceProps,
+    dtype: DType,
+    ranks: usize,
+    q: Layout,
+    kv: Layout,
+    out: Layout,
+    opts: &AttentionOptions,
+) -> Result<RingLaunches> {
+    if ranks < 2 {
+        return Err(RingError::TooFewRanks { ranks }.into());
+    }
+    check_options(dtype, opts)?;
+    check_layouts(dtype, &q, &kv, &out, opts)?;
+    let lens = [q, kv, kv, out].map(|l| l.required_len().unwrap_or(0));
+    let problem = Problem::new(q, kv, kv, out, lens, opts)?;
+    let setup = plan_steps(&vec![props; ranks], dtype, &vec![(q, out); ranks], kv, problem, opts)?;
+    let per_rank = setup
+        .schedules
+        .iter()
+        .zip(&setup.step_problems)
+        .map(|(sched, steps)| {
+            sched
+                .iter()
+                .zip(steps)
+                .enumerate()
+                .flat_map(|(step, (works, launches))| {
+                    works.iter().zip(launches).map(move |(w, l)| StepLaunch {
+                        step,
+                        work: w.clone(),
+                        method: l.plan.method,
+                        slots: l.first_slot..l.first_slot + l.plan.splits.max(1),
+                        merge: l.merge,
+                        final_rows: l.final_rows,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    Ok(RingLaunches { per_rank, running_merge: setup.fused, slots: setup.slots })
+}
+
+/// Plans every launch of a validated call: per rank (its device's properties, its Q and O
+/// layouts) and step, the schedule's launches with their sub-problems, plans and partial slots,
+/// and the running merge's flags when every launch is on the Hopper kernel. `problem` is rank 0's
+/// whole-shard problem (its scale and shape hold for every rank).
+fn plan_steps(
+    props: &[&DeviceProps],
+    dtype: DType,
+    shards: &[(Layout, Layout)],
+    kv_layout: Layout,
+    problem: Problem,
+    opts: &AttentionOptions,
+) -> Result<Setup> {
+    let ranks = props.len();
+    let lq = problem.q().seqlen;
+    let step_opts = AttentionOptions { scale: Some(problem.scale()), splits: Some(1), ..opts.clone() };
+    let mut schedules = Vec::with_capacity(ranks);
+    let mut step_problems = Vec::with_capacity(ranks);
+    let mut parts = Vec::with_capacity(ranks);
+    for (r, (props, (q_layout, out_layout))) in props.iter().zip(shards).enumerate() {
+        let sched = schedule(r, ranks, lq, opts.causal);
+        // Per query part: the partial slots its launches have used.
+        let qparts = query_parts(lq, opts.causal);
+        let mut used = vec![0usize; qparts.len()];
+        let mut per_step = Vec::with_capacity(ranks);
+        for works in &sched {
+            let mut launches = Vec::with_capacity(works.len());
+            for w in works {
+                let part = |l: &Layout, rows: &Range<usize>| Layout { seqlen: rows.len(), ..*l };
+                let (q, k) = (part(q_layout, &w.q_rows), part(&kv_layout, &w.k_rows));
+                let o = part(out_layout, &w.q_rows);
+                let lens = [q, k, k, o].map(|l| l.required_len().unwrap_or(0));
+                let o_opts = AttentionOptions { causal: w.causal, ..step_opts.clone() };
+                let sub = Problem::new(q, k, k, o, lens, &o_opts)?;
+                let mut plan = crate::plan::plan(props, dtype, &sub, &o_opts)?;
+                if plan.method == Method::FlashTensorCore {
+                    // The `mma.sync` kernel writes partial results only when it splits the
+                    // keys: two splits, two slots.
+                    let split =
+                        AttentionOptions { method: Method::FlashTensorCore, splits: Some(2), ..o_opts };
+                    plan = crate::plan::plan(props, dtype, &sub, &split)?;
+                }
+                let slots = match plan.method {
+                    Method::FlashHopper if plan.splits == 1 => 1,
+                    Method::FlashTensorCore if plan.splits == 2 => 2,
+                    method => {
+                        return Err(InvalidInput::Unsupported { method, reason: Reason::NoSplitKv }.into());
+                    }
+                };
+                // The parts this launch covers have used the same slots so far (the
+                // schedule's order): it writes the next `slots` of each.
+                let covered: Vec<usize> = (0..qparts.len())
+                    .filter(|&i| w.q_rows.start <= qparts[i].start && qparts[i].end <= w.q_rows.end)
+                    .collect();
+                let first_slot = covered.first().map_or(0, |&i| used[i]);
+                if covered.iter().any(|&i| used[i] != first_slot) {
+                    return Err(
+                        RingError::Feature { feature: "a schedule whose parts disagree (a bug)" }.into()
+                    );
+                }
+                covered.iter().for_each(|&i| used[i] += slots);
+                launches.push(Launch { sub, plan, first_slot, covered, merge: false, final_rows: 0 });
+            }
+            per_step.push(launches);
+        }
+        schedules.push(sched);
+        step_problems.push(per_step);
+        // The combine's view of each part: its query rows (any keys: it reads none).
+        let mut merges = Vec::with_capacity(qparts.len());
+        for (rows, n) in qparts.into_iter().zip(used) {
+            let (q, o) =
+                (Layout { seqlen: rows.len(), ..*q_layout }, Layout { seqlen: rows.len(), ..*out_layout });
+            let lens = [q, kv_layout, kv_layout, o].map(|l| l.required_len().unwrap_or(0));
+            let sub = Problem::new(q, kv_layout, kv_layout, o, lens, &step_opts)?;
+            merges.push((rows, n, sub));
+        }
+        parts.push(merges);
+    }
+    // On the Hopper kernel every launch merges its rows into one running f32 slot and writes
+    // the final rows itself: no combine, one slot. (The `mma.sync` kernel's two splits per
+    // launch go to separate slots that the combine merges.)
+    let fused = step_problems.iter().flatten().flatten().all(|l| l.plan.method == Method::FlashHopper);
+    if fused {
+        for (per_step, merges) in step_problems.iter_mut().zip(&parts) {
+            for l in per_step.iter_mut().flatten() {
+                l.merge = l.first_slot > 0;
+                // Parts are in row order and a part ends no later than the parts after it.
+                l.final_rows = l
+                    .covered
+                    .iter()
+                    .take_while(|&&i| l.first_slot + 1 == merges[i].1)
+                    .map(|&i| merges[i].0.len())
+                    .sum();
+                l.first_slot = 0;
+            }
+        }
+    }
+    let slots = if fused { 1 } else { parts.iter().flatten().map(|(_, n, _)| *n).max().unwrap_or(0) };
+    Ok(Setup { problem, kv_layout, schedules, step_problems, parts, slots, fused })
 }
 
 /// One launch of a ring step: its sub-problem (a query part against rows of the block), its

@@ -190,3 +190,59 @@ fn a_ring_needs_two_gpus() {
         other => panic!("expected TooFewRanks, got {other:?}"),
     }
 }
+
+/// On an H200 with shards of 512 tokens every launch runs on the Hopper kernel and merges its
+/// rows itself: one slot; each launch merges when its rows have a running result, and writes O
+/// for exactly the rows whose last contribution it is (every row once). On an A100 the
+/// `mma.sync` kernel splits each launch in two slots that the combine merges.
+#[test]
+fn launch_plan_merges_every_row_once() {
+    use flashattn::context_parallel::plan_launches;
+    use flashattn::{DType, DeviceProps, Method};
+    let (ranks, len) = (3, 512);
+    let (q, kv) = (Layout::bshd(1, len, 8, 128), Layout::bshd(1, len, 2, 128));
+    for causal in [false, true] {
+        let opts = AttentionOptions { causal, ..Default::default() };
+        let plan = plan_launches(&DeviceProps::h200(), DType::BF16, ranks, q, kv, q, &opts).unwrap();
+        assert!(plan.running_merge, "causal {causal}: {plan:?}");
+        assert_eq!(plan.slots, 1);
+        for (rank, launches) in plan.per_rank.iter().enumerate() {
+            let mut seen = vec![0usize; len];
+            let mut finals = vec![0usize; len];
+            for l in launches {
+                assert_eq!(l.method, Method::FlashHopper);
+                assert_eq!(l.slots, 0..1);
+                let rows = l.work.q_rows.clone();
+                assert!(rows.clone().all(|i| (seen[i] > 0) == l.merge), "rank {rank}: {l:?}");
+                for (k, i) in rows.enumerate() {
+                    seen[i] += 1;
+                    if k < l.final_rows {
+                        finals[i] += 1;
+                        // Final means no later launch covers the row.
+                        let later =
+                            launches.iter().filter(|m| m.step > l.step).any(|m| m.work.q_rows.contains(&i));
+                        assert!(!later, "rank {rank} row {i} final at step {} but covered later", l.step);
+                    }
+                }
+            }
+            assert!(finals.iter().all(|&f| f == 1), "rank {rank}: every row written to O once: {finals:?}");
+        }
+        let a100 = plan_launches(&DeviceProps::a100(), DType::BF16, ranks, q, kv, q, &opts).unwrap();
+        assert!(!a100.running_merge);
+        assert!(
+            a100.per_rank.iter().flatten().all(|l| l.method == Method::FlashTensorCore && l.slots.len() == 2)
+        );
+        assert_eq!(a100.slots, 2 * ranks);
+    }
+    // Refusals, without GPUs.
+    let opts = AttentionOptions { causal: true, ..Default::default() };
+    let odd = Layout::bshd(1, 511, 8, 128);
+    match plan_launches(&DeviceProps::h200(), DType::BF16, 2, odd, Layout::bshd(1, 511, 2, 128), odd, &opts) {
+        Err(Error::InvalidInput(InvalidInput::Ring(RingError::CausalShard { .. }))) => {}
+        other => panic!("expected CausalShard, got {other:?}"),
+    }
+    match plan_launches(&DeviceProps::h200(), DType::F32, 2, q, kv, q, &opts) {
+        Err(Error::InvalidInput(InvalidInput::Ring(RingError::DType { .. }))) => {}
+        other => panic!("expected DType, got {other:?}"),
+    }
+}
