@@ -56,6 +56,10 @@ pub struct RingArgs {
     /// Seed of the input pool.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// After the timed calls, one more with timing events per step on every GPU: when each
+    /// step's launches ended and each K/V block arrived (printed, and in the rows).
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 /// One rank's Q, K, V, O and log-sum-exp.
@@ -205,6 +209,29 @@ pub fn run(args: &RingArgs) -> Result<(), String> {
                 }
                 ms.push(worst);
             }
+            let timeline = if args.timeline {
+                ring.record_timeline(true);
+                call(&mut bufs)?;
+                ring.synchronize(std::time::Duration::from_secs(600)).map_err(|e| e.to_string())?;
+                ring.record_timeline(false);
+                let t = ring.timeline().map_err(|e| e.to_string())?;
+                for (r, rt) in t.iter().enumerate() {
+                    eprintln!(
+                        "  timeline N = {n} {} rank {r}: steps end at {:?} ms, blocks arrive at {:?} ms, end {:.3} ms",
+                        if causal { "causal" } else { "none" },
+                        rt.steps,
+                        rt.arrivals,
+                        rt.end
+                    );
+                }
+                Some(
+                    t.iter()
+                        .map(|rt| json!({"steps_ms": rt.steps, "arrivals_ms": rt.arrivals, "end_ms": rt.end}))
+                        .collect::<Vec<_>>(),
+                )
+            } else {
+                None
+            };
             let ring_ms = summary(&ms)?;
             let wall_ms = summary(&wall)?;
             let method = plan.step_plans.first().map_or("-", |p| p.method.name());
@@ -228,6 +255,7 @@ pub fn run(args: &RingArgs) -> Result<(), String> {
                 "ring_tflops": tflops(n, h, d, causal, ring_ms.median),
                 "efficiency": eff,
                 "reps": reps,
+                "timeline": timeline,
             });
             writeln!(rows, "{row}").map_err(|e| e.to_string())?;
             let line = format!(

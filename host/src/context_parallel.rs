@@ -180,6 +180,30 @@ pub struct Ring {
     /// Per rank: the partial results and K/V blocks of the last call, kept for the next one
     /// (allocating and mapping them again costs about 4 ms per GB); locked during a call.
     scratch: std::sync::Mutex<Vec<Option<DeviceBuffer<u8>>>>,
+    /// With [`Ring::record_timeline`]: the last call's timing events.
+    timeline: std::sync::Mutex<Option<Vec<TimelineEvents>>>,
+    record: std::sync::atomic::AtomicBool,
+}
+
+/// One rank's timing events of a call: its start, the end of each step's launches, each
+/// incoming block's arrival, the end.
+struct TimelineEvents {
+    start: CudaEvent,
+    steps: Vec<CudaEvent>,
+    arrivals: Vec<CudaEvent>,
+    end: Option<CudaEvent>,
+}
+
+/// Where one rank's time went in the last call ([`Ring::timeline`]), in ms from the call's
+/// start on that GPU (when its stream reached the call's first operation).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankTimeline {
+    /// When each step's launches finished.
+    pub steps: Vec<f32>,
+    /// When each incoming K/V block had arrived (steps 1, 2, …).
+    pub arrivals: Vec<f32>,
+    /// When the call's last operation on this GPU finished.
+    pub end: f32,
 }
 
 impl std::fmt::Debug for Ring {
@@ -217,7 +241,15 @@ impl Ring {
             .map(|d| d.stream().context().new_stream().context("creating a ring copy stream"))
             .collect::<Result<Vec<_>>>()?;
         let scratch = std::sync::Mutex::new(devices.iter().map(|_| None).collect());
-        Ok(Ring { devices, comm, peer_access, done: std::sync::Mutex::new(Vec::new()), scratch })
+        Ok(Ring {
+            devices,
+            comm,
+            peer_access,
+            done: std::sync::Mutex::new(Vec::new()),
+            scratch,
+            timeline: std::sync::Mutex::new(None),
+            record: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// GPUs in the ring.
@@ -237,6 +269,31 @@ impl Ring {
         if let Ok(mut s) = self.scratch.lock() {
             s.iter_mut().for_each(|b| *b = None);
         }
+    }
+
+    /// Records timing events in the following calls (or stops): [`Ring::timeline`] then says
+    /// where the last call's time went on each GPU.
+    pub fn record_timeline(&self, on: bool) {
+        self.record.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The last recorded call's timeline, per rank (after [`Ring::synchronize`]); empty when
+    /// [`Ring::record_timeline`] was off for it.
+    pub fn timeline(&self) -> Result<Vec<RankTimeline>> {
+        let guard = self.timeline.lock().map_err(|_| RingError::Poisoned)?;
+        let Some(events) = guard.as_ref() else { return Ok(Vec::new()) };
+        let since =
+            |t: &TimelineEvents, e: &CudaEvent| t.start.elapsed_ms(e).context("reading a ring timing event");
+        events
+            .iter()
+            .map(|t| {
+                Ok(RankTimeline {
+                    steps: t.steps.iter().map(|e| since(t, e)).collect::<Result<_>>()?,
+                    arrivals: t.arrivals.iter().map(|e| since(t, e)).collect::<Result<_>>()?,
+                    end: t.end.as_ref().map_or(Ok(0.0), |e| since(t, e))?,
+                })
+            })
+            .collect()
     }
 
     /// Whether every pair of GPUs has peer access.
@@ -301,6 +358,20 @@ impl Ring {
         };
         // The inputs and the new buffers are ready in each device's stream order.
         let start = self.devices.iter().map(|d| event(d.stream())).collect::<Result<Vec<_>>>()?;
+        // Timing events, when asked for (they cost a little: created and recorded per call).
+        let timed =
+            |stream: &Arc<CudaStream>| stream.record_event(None).context("recording a ring timing event");
+        let mut timeline = if self.record.load(std::sync::atomic::Ordering::Relaxed) {
+            let starts = self.devices.iter().map(|d| timed(d.stream())).collect::<Result<Vec<_>>>()?;
+            Some(
+                starts
+                    .into_iter()
+                    .map(|start| TimelineEvents { start, steps: Vec::new(), arrivals: Vec::new(), end: None })
+                    .collect::<Vec<_>>(),
+            )
+        } else {
+            None
+        };
         for (comm, ev) in self.comm.iter().zip(&start) {
             comm.wait(ev).context("ordering a ring copy")?;
         }
@@ -357,6 +428,9 @@ impl Ring {
                         .context("copying a K/V block to the next GPU")?;
                     }
                     copied[dst].push(event(comm)?);
+                    if let Some(t) = timeline.as_mut() {
+                        t[dst].arrivals.push(timed(comm)?);
+                    }
                 }
             }
             for r in 0..ranks {
@@ -387,6 +461,9 @@ impl Ring {
                     dev.run_kernels(stream, dtype, &l.sub, io, &l.plan)?;
                 }
                 computed[r].push(event(stream)?);
+                if let Some(t) = timeline.as_mut() {
+                    t[r].steps.push(timed(stream)?);
+                }
             }
         }
         // Merge each query part's slots into O (and the log-sum-exp), unless the launches did.
@@ -440,8 +517,14 @@ impl Ring {
                 stream.wait(last).context("waiting for the ring's copies")?;
             }
             done.push(event(stream)?);
+            if let Some(t) = timeline.as_mut() {
+                t[r].end = Some(timed(stream)?);
+            }
         }
         drop(scratch);
+        if let Ok(mut t) = self.timeline.lock() {
+            *t = timeline;
+        }
         if let Ok(mut d) = self.done.lock() {
             *d = done;
         }

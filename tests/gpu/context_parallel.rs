@@ -241,6 +241,21 @@ fn many_calls(_dev: &Device) -> Result<(), String> {
         }
     }
     ring.synchronize(TIMEOUT).map_err(e2s)?;
+    // One more call with its timeline: a step's launches end after the previous step's, and after
+    // the block they read arrived; the call ends after its last step.
+    ring.record_timeline(true);
+    ring.attention(&mut shard_views(&mut bufs), &case.opts).map_err(e2s)?;
+    ring.synchronize(TIMEOUT).map_err(e2s)?;
+    ring.record_timeline(false);
+    let timeline = ring.timeline().map_err(e2s)?;
+    for (r, t) in timeline.iter().enumerate() {
+        let ordered = t.steps.windows(2).all(|w| w[0] <= w[1])
+            && t.arrivals.iter().zip(&t.steps[1..]).all(|(a, s)| a <= s)
+            && t.steps.last().is_some_and(|&l| l <= t.end);
+        if timeline.len() != ranks || t.steps.len() != ranks || t.arrivals.len() != ranks - 1 || !ordered {
+            return Err(format!("rank {r}'s timeline is not a ring call's: {t:?}"));
+        }
+    }
     let (out, lse) = gather(&ring, &case, &bufs)?;
     check(&case, &out, Some(&lse)).map(|_| ()).map_err(|e| format!("after {calls} calls:\n{e}"))
 }
