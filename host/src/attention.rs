@@ -141,10 +141,9 @@ impl Device {
             // consecutive slots from the caller's; the caller merges them.
             params.splits = plan.splits as u32;
             let Some(main) = plan.main_launch() else { return Ok(()) };
-            let one = Plan { launches: vec![*main], ..plan.clone() };
             // SAFETY: as below; the partial buffers hold `plan.splits` slots of `partial.rows`
             // rows from the given addresses (the caller's sizing).
-            return unsafe { self.launch_plan(stream, &one, &params) };
+            return unsafe { self.launch_each(stream, std::slice::from_ref(main), &params) };
         }
         if plan.splits <= 1 {
             // SAFETY: `params` is the forward kernel's parameter struct, built from validated
@@ -179,7 +178,22 @@ impl Device {
         plan: &Plan,
         params: &P,
     ) -> Result<()> {
-        for launch in &plan.launches {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_each(stream, &plan.launches, params) }
+    }
+
+    /// Launches each kernel of `launches` on `stream`, in order, each with `params` (library
+    /// calls, which have no kernel, are skipped).
+    ///
+    /// # Safety
+    /// As [`Device::launch_on`], for every kernel.
+    pub(crate) unsafe fn launch_each<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        launches: &[crate::plan::Launch],
+        params: &P,
+    ) -> Result<()> {
+        for launch in launches {
             let Some(kernel) = launch.kernel else { continue };
             let shape = LaunchShape {
                 grid: launch.grid,

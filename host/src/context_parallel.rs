@@ -33,7 +33,7 @@ use cudarc::driver::{CudaEvent, CudaStream, result as cu, sys};
 
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, PartialRows, attn_params};
 use crate::buffer::{DType, DeviceBuffer, Element};
-use crate::device::{Device, DeviceProps, LaunchShape};
+use crate::device::{Device, DeviceProps};
 use crate::error::{DriverContext, Error, InvalidInput, Result, RingError};
 use crate::external::required_alignment;
 use crate::plan::{Plan, Reason};
@@ -322,7 +322,12 @@ impl Ring {
         let kv_elems = kv_layout.required_len().unwrap_or(0);
         let partial_bytes = 4 * slots as u64 * rows * (d as u64 + 1);
         let in_flight = (ranks - 1).min(2);
-        let scratch_bytes = partial_bytes + in_flight as u64 * 2 * kv_elems as u64 * elem;
+        // The scratch: the partial rows, then the K/V blocks in flight, each region 256-byte
+        // aligned.
+        let align = |x: u64| x.next_multiple_of(256);
+        let kv_bytes = kv_elems * elem as usize;
+        let block_bytes = align(kv_bytes as u64);
+        let scratch_bytes = align(partial_bytes) + in_flight as u64 * 2 * block_bytes;
         let step_plans = step_problems[0].first().map(|s| s.iter().map(|l| l.plan.clone()).collect());
         let ring_plan = RingPlan {
             ranks,
@@ -337,10 +342,7 @@ impl Ring {
 
         // Per rank: the partial results and the K/V blocks in flight, in the ring's kept
         // scratch (grown when too small; reused in stream order by the next call).
-        let align = |x: u64| x.next_multiple_of(256);
-        let kv_bytes = kv_elems * elem as usize;
-        let block_bytes = align(kv_bytes as u64);
-        let needed = align(partial_bytes) + in_flight as u64 * 2 * block_bytes;
+        let needed = scratch_bytes;
         let mut scratch = self.scratch.lock().map_err(|_| RingError::Poisoned)?;
         for (dev, buf) in self.devices.iter().zip(scratch.iter_mut()) {
             if buf.as_ref().is_none_or(|b| (b.len() as u64) < needed) {
@@ -495,16 +497,10 @@ impl Ring {
                 };
                 let mut params = attn_params(sub, io, None, 0);
                 params.splits = slots as u32;
-                let shape = LaunchShape {
-                    grid: launch.grid,
-                    block: (launch.threads, 1, 1),
-                    shared_bytes: launch.shared_bytes,
-                };
-                let Some(kernel) = launch.kernel else { continue };
                 // SAFETY: `slots` slots of `rows` partial rows were written by this call's
                 // steps for every row of the part; O and the log-sum-exp are the validated
                 // shard's, addressed at the part's first row with the shard's row stride.
-                unsafe { dev.launch_on(dev.stream().cu_stream(), kernel, shape, &params) }?;
+                unsafe { dev.launch_each(dev.stream(), std::slice::from_ref(&launch), &params) }?;
             }
         }
         // The next call reuses the scratch in each device's stream order: after every copy that

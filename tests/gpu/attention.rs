@@ -56,19 +56,19 @@ fn cases() -> u32 {
     })
 }
 
-fn e2s(e: Error) -> String {
+pub fn e2s(e: Error) -> String {
     e.to_string()
 }
 
 /// Outputs of one GPU run.
-struct Outputs<T> {
-    out: Vec<T>,
-    lse: Vec<f32>,
+pub struct Outputs<T> {
+    pub out: Vec<T>,
+    pub lse: Vec<f32>,
 }
 
 /// Runs `case` with `opts` on the GPU into NaN-poisoned outputs. `Ok(None)` when the method does
 /// not support the case (only the tensor-core method may say so).
-fn run<T: Element>(
+pub fn run<T: Element>(
     dev: &Device,
     case: &Case<T>,
     opts: &AttentionOptions,

@@ -15,7 +15,7 @@ use flashattn_testkit::tolerance::check;
 use flashattn_testkit::{Case, LayoutKind, Report};
 
 use crate::GpuTest;
-use crate::attention::{batch, case_rng, small, spec};
+use crate::attention::{batch, case_rng, e2s, run, small, spec};
 
 pub const TESTS: &[(&str, GpuTest)] = &[
     ("context_parallel::shards_f16", shards::<f16>),
@@ -26,10 +26,6 @@ pub const TESTS: &[(&str, GpuTest)] = &[
 
 /// How long a test waits for the ring before calling it hung.
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn e2s(e: Error) -> String {
-    e.to_string()
-}
 
 /// A ring over every GPU.
 fn ring() -> Result<Ring, String> {
@@ -102,24 +98,10 @@ fn gather<T: Element>(
     Ok((out, lse))
 }
 
-/// Single-GPU attention on the whole case, checked.
+/// Single-GPU attention on the whole case (the suite's own run: NaN-poisoned outputs), checked.
 fn single<T: Element>(dev: &Device, case: &Case<T>) -> Result<Report, String> {
-    let p = &case.problem;
-    let (q, k, v) = (dev.upload(&case.q), dev.upload(&case.k), dev.upload(&case.v));
-    let (q, k, v) = (q.map_err(e2s)?, k.map_err(e2s)?, v.map_err(e2s)?);
-    let mut out = dev.alloc::<T>(case.out_len()).map_err(e2s)?;
-    let mut lse = dev.alloc::<f32>(case.lse_len()).map_err(e2s)?;
-    dev.attention(
-        q.view(*p.q()),
-        k.view(*p.k()),
-        v.view(*p.v()),
-        out.view_mut(*p.o()),
-        Some(&mut lse),
-        &case.opts,
-    )
-    .map_err(|e| format!("single GPU: {e}\n{case}"))?;
-    let (o, l) = (dev.download(&out).map_err(e2s)?, dev.download(&lse).map_err(e2s)?);
-    check(case, &o, Some(&l)).map_err(|e| format!("single GPU:\n{e}"))
+    let o = run(dev, case, &case.opts)?.ok_or_else(|| format!("single GPU refused the case\n{case}"))?;
+    check(case, &o.out, Some(&o.lse)).map_err(|e| format!("single GPU:\n{e}"))
 }
 
 /// Random shapes through the ring: causal and not, MHA, GQA and MQA, head dims of the Hopper
