@@ -538,6 +538,11 @@ pub const HOPPER_MIN_QUERY_ROWS: usize = 128;
 /// instances start at 64 columns, and a padded d = 32 loses to the tuned d = 32 instance.
 pub const HOPPER_MIN_HEAD_DIM: usize = 32;
 
+/// The largest head dim for which `Method::Auto` takes the Hopper kernel; above it the
+/// `mma.sync` kernel's instances run (`Method::FlashHopper` itself runs every multiple of 8 up
+/// to 256).
+pub const HOPPER_MAX_AUTO_HEAD_DIM: usize = 128;
+
 /// The Hopper kernel as `Method::Auto` takes it: as `Method::FlashHopper`, for at least
 /// [`HOPPER_MIN_QUERY_ROWS`] query rows and without a split-KV override.
 fn hopper_for_auto(
@@ -550,6 +555,11 @@ fn hopper_for_auto(
     if problem.head_dim() <= HOPPER_MIN_HEAD_DIM {
         let what =
             "head dims up to 32 (padded to 64 they run at 0.81× the mma.sync kernel's d = 32 instance)";
+        return Err(unsupported(method, Reason::NotOnHopper { what }));
+    }
+    if problem.head_dim() > HOPPER_MAX_AUTO_HEAD_DIM {
+        let what = "head dims above 128 (the Hopper instances for 192 and 256 are not yet measured against \
+                    the mma.sync kernel)";
         return Err(unsupported(method, Reason::NotOnHopper { what }));
     }
     if problem.max_lens().0 < HOPPER_MIN_QUERY_ROWS {

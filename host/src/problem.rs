@@ -182,7 +182,7 @@ pub enum Method {
     /// The tensor-core flash kernel (`mma.sync`; f16/bf16, head dims with a tuned config).
     FlashTensorCore,
     /// The Hopper flash kernel (sm_90 only: TMA loads, `wgmma` products, a producer warpgroup;
-    /// f16/bf16, head dims that are multiples of 8 up to 128, fixed-length batches, no window).
+    /// f16/bf16, head dims that are multiples of 8 up to 256, fixed-length batches, no window).
     FlashHopper,
     /// Standard attention: S = Q·Kᵀ and O = P·V by cuBLAS, S and P stored in device memory.
     Standard,

@@ -466,7 +466,9 @@ pub struct WgmmaConfig {
     pub head_dim: u32,
     /// Query rows per block (64 per consumer warpgroup).
     pub block_m: u32,
-    /// Keys per tile (the N of `S = Q·Kᵀ`'s `wgmma`).
+    /// Keys per tile (the N of `S = Q·Kᵀ`'s `wgmma`): 128, or 64 for head dims above 128 (a
+    /// consumer thread holds `head_dim / 2` output accumulators and two tiles of `block_n / 2`
+    /// scores — the current tile's and the next one's in flight — within 240 registers).
     pub block_n: u32,
     /// K and V tiles in flight (a ring of `stages` buffers each).
     pub stages: u32,
@@ -517,10 +519,10 @@ impl WgmmaConfig {
     /// Whether the kernel can run the configuration.
     pub const fn is_valid(&self) -> bool {
         self.head_dim % WGMMA_PANEL == 0
-            && self.head_dim <= 128
+            && self.head_dim <= 256
             && self.block_m % WGMMA_ROWS == 0
             && self.consumers() >= 1
-            && self.block_n == 128
+            && (self.block_n == 128 || self.block_n == 64)
             && self.stages >= 1
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }

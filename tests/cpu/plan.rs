@@ -581,7 +581,7 @@ fn score_modifiers_are_refused_on_the_gpu_and_validated() {
 fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
     use flashattn::kernels::config::WGMMA_CONFIGS;
     let opts = AttentionOptions { method: Method::FlashHopper, ..Default::default() };
-    for d in [8, 40, 64, 96, 128] {
+    for d in [8, 40, 64, 96, 128, 136, 160, 192, 200, 224, 256] {
         for layout in [Layout::bshd(2, 1000, 4, d), Layout::bhsd(2, 1000, 4, d)] {
             let p = plan(&DeviceProps::h200(), DType::BF16, &problem(layout, layout, &opts), &opts).unwrap();
             assert_eq!(p.method, Method::FlashHopper);
@@ -603,12 +603,12 @@ fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
         refused(&DeviceProps::a100(), DType::BF16, &problem(l, l, &opts), &opts),
         Reason::Target { .. }
     ));
-    // f32, head dims above 128 or not multiples of 8, windows, split-KV overrides, unaligned strides.
+    // f32, head dims that are not multiples of 8, windows, split-KV overrides, unaligned strides.
     assert!(matches!(
         refused(&DeviceProps::h200(), DType::F32, &problem(l, l, &opts), &opts),
         Reason::DType { .. }
     ));
-    for d in [136, 256, 59] {
+    for d in [59, 60, 252] {
         let l = Layout::bshd(1, 100, 2, d);
         assert!(matches!(
             refused(&DeviceProps::h200(), DType::F16, &problem(l, l, &opts), &opts),

@@ -1,6 +1,6 @@
 //! The Hopper kernel (`Method::FlashHopper`: TMA, `wgmma`) against the f64 oracle: its edge
 //! shapes and the CPU suite's random strategy, restricted to what it runs (fixed-length
-//! batches, head dims that are multiples of 8 up to 128, 16-byte rows, no window). On a device
+//! batches, head dims that are multiples of 8 up to 256, 16-byte rows, no window). On a device
 //! without sm_90 the tests check that the planner refuses the method instead.
 
 use flashattn::{AttentionOptions, Device, Error, InvalidInput, Method, Reason, bf16, f16};
@@ -44,8 +44,9 @@ fn on_hopper(dev: &Device) -> Result<bool, String> {
     }
 }
 
-/// Head dims of the Hopper instances and padded ones below them.
-const DIMS: [usize; 8] = [64, 128, 8, 32, 40, 96, 104, 120];
+/// Head dims of the Hopper instances and padded ones below them (each instance runs the 64
+/// head dims above the previous one's).
+const DIMS: [usize; 14] = [64, 128, 192, 256, 8, 32, 40, 96, 104, 120, 136, 160, 200, 224];
 
 /// Edge shapes (the tensor-core kernel's, without the variable-length ones): lengths that are
 /// not multiples of the 128-row tiles, Nq ≠ Nk both ways with causal masks, decode, GQA and
@@ -68,9 +69,11 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
-    let mut s = spec(batch(1, 700, 700), 2, 2, 128, false, Bshd);
-    s.values = Values::LargeLogits;
-    specs.push(s);
+    for d in [128, 256] {
+        let mut s = spec(batch(1, 700, 700), 2, 2, d, false, Bshd);
+        s.values = Values::LargeLogits;
+        specs.push(s);
+    }
     for s in &specs {
         let case = Case::<T>::random(&mut case_rng(), s);
         if !run_and_check(dev, &case, Method::FlashHopper)? {
@@ -81,7 +84,7 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
 }
 
 /// The CPU suite's random strategy through the Hopper kernel, each drawn spec moved into what
-/// it runs (fixed length, head dim a multiple of 8 up to 128, 16-byte rows, no window or
+/// it runs (fixed length, head dim a multiple of 8 up to 256, 16-byte rows, no window or
 /// score modifier); at least some cases must run.
 fn random<T: Element>(dev: &Device) -> Result<(), String> {
     if !on_hopper(dev)? {
@@ -94,7 +97,7 @@ fn random<T: Element>(dev: &Device) -> Result<(), String> {
         if let Sequences::VarLen { .. } = spec.sequences {
             return Ok(());
         }
-        spec.head_dim = spec.head_dim.div_ceil(8).min(16) * 8;
+        spec.head_dim = spec.head_dim.div_ceil(8).min(32) * 8;
         spec.window = flashattn::Window::default();
         spec.softcap = None;
         spec.alibi_slopes = None;

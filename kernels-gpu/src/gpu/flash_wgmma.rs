@@ -105,8 +105,9 @@ fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32,
 }
 
 /// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
-/// consumer warpgroup), `BN` keys per tile (128), `NS` stages, `C = BM / 64` consumers, `DP =
-/// D / 64` panels.
+/// consumer warpgroup), `BN` keys per tile (128, or 64 where the output's `D / 2` accumulators a
+/// thread leave no room for 128 keys' scores twice over), `NS` stages, `C = BM / 64` consumers,
+/// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments.
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
@@ -122,11 +123,14 @@ unsafe fn flash_fwd_wgmma<
     const NS: usize,
     const C: usize,
     const DP: usize,
+    const SN: usize,
+    const PK: usize,
 >(
     p: &WgmmaParams,
 ) {
     const {
-        assert!(BN == 128 && D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
+        assert!((BN == 128 || BN == 64) && 2 * SN == BN && 16 * PK == BN);
+        assert!(D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
     };
     type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;
     // The roles (the last warpgroup produces), the named barriers' thread counts and the
@@ -241,23 +245,27 @@ unsafe fn flash_fwd_wgmma<
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
 
     // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
-    // (32 bytes apart inside a panel) and commits, without waiting for the products.
-    let issue_scores = |sc: &mut [f32; 64], i: usize| {
-        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let k_tile = S::<D, BM, BN, NS>::k(base, s);
-        // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
-        unsafe {
-            tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
-            wgmma::fence();
-            for kk in 0..D / 16 {
-                let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                E::ss_n128(sc, qd, kd, (kk > 0) as u32);
+    // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
+    // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
+    macro_rules! issue_scores {
+        ($sc:ident, $i:expr) => {{
+            let i: usize = $i;
+            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+            let k_tile = S::<D, BM, BN, NS>::k(base, s);
+            // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
+            unsafe {
+                tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
+                wgmma::fence();
+                for kk in 0..D / 16 {
+                    let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
+                    let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                    let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                    E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
+                }
+                wgmma::commit();
             }
-            wgmma::commit();
-        }
-    };
+        }};
+    }
     // Releases K stage `i % NS` once this warpgroup's products have read it.
     let release_k = |i: usize| {
         if leader {
@@ -319,10 +327,10 @@ unsafe fn flash_fwd_wgmma<
             alphas
         }};
     }
-    // P as `wgmma` A fragments (16 keys each; BN = 128: 8 of them).
+    // P as `wgmma` A fragments (16 keys each: `PK = BN / 16` of them).
     macro_rules! pack_p {
         ($sc:ident) => {{
-            let mut pf = [[0u32; 4]; 8];
+            let mut pf = [[0u32; 4]; PK];
             for (ks, pk) in pf.iter_mut().enumerate() {
                 let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
                 let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
@@ -337,11 +345,11 @@ unsafe fn flash_fwd_wgmma<
     // cores. Registers written between a product's issue and its wait are never its
     // accumulators or operands (else ptxas serialises every product): the output is rescaled
     // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
-    let mut pf = [[0u32; 4]; 8];
+    let mut pf = [[0u32; 4]; PK];
     let mut alphas = [1.0f32; 2];
     if j_begin < j_end {
-        let mut sc = [0.0f32; 64];
-        issue_scores(&mut sc, 0);
+        let mut sc = [0.0f32; SN];
+        issue_scores!(sc, 0);
         wgmma::wait::<0>();
         wgmma::settle(&mut sc);
         release_k(0);
@@ -374,9 +382,9 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        let mut sn = [0.0f32; 64];
+        let mut sn = [0.0f32; SN];
         if has_next {
-            issue_scores(&mut sn, i + 1);
+            issue_scores!(sn, i + 1);
         }
         // O += P_j·V_j: V's panels as N-major B operands.
         // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
@@ -529,6 +537,8 @@ macro_rules! wgmma_entries {
                         { C.stages as usize },
                         { C.consumers() as usize },
                         { (C.head_dim / WGMMA_PANEL) as usize },
+                        { (C.block_n / 2) as usize },
+                        { (C.block_n / 16) as usize },
                     >(&p)
                 }
             }

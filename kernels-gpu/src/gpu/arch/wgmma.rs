@@ -90,6 +90,32 @@ pub trait WgmmaElement: MmaElement {
     /// issues it, after [`fence`]; `d` is read only after [`wait`] and [`settle`].
     unsafe fn ss_n128(d: &mut [f32; 64], a: u64, b: u64, accumulate: u32);
 
+    /// The same for 64×64×16 (B: 64 keys).
+    ///
+    /// # Safety
+    /// As [`WgmmaElement::ss_n128`].
+    unsafe fn ss_n64(d: &mut [f32; 32], a: u64, b: u64, accumulate: u32);
+
+    /// `S (+)= Q·Kᵀ` for a score tile of `N = 2·SN` keys (`SN` accumulators a thread): the
+    /// `n128` or `n64` instruction, chosen at compile time.
+    ///
+    /// # Safety
+    /// As [`WgmmaElement::ss_n128`]; `SN` is 32 or 64.
+    #[inline(always)]
+    unsafe fn ss_scores<const SN: usize>(d: &mut [f32; SN], a: u64, b: u64, accumulate: u32) {
+        const { assert!(SN == 32 || SN == 64) };
+        let d = d.as_mut_ptr();
+        // SAFETY: `SN` is the array's length, so each cast names the same array; the
+        // caller's contract covers the instruction.
+        unsafe {
+            if SN == 64 {
+                Self::ss_n128(&mut *d.cast::<[f32; 64]>(), a, b, accumulate)
+            } else {
+                Self::ss_n64(&mut *d.cast::<[f32; 32]>(), a, b, accumulate)
+            }
+        }
+    }
+
     /// `d += a·b` for 64×64×16: A from registers (the 4 packed registers of `mma.sync`'s A
     /// fragment), B (16×64, MN-major: 16 keys of a 64-column V panel) by descriptor.
     ///
@@ -139,6 +165,11 @@ macro_rules! wgmma_element {
             #[inline(always)]
             unsafe fn ss_n128(d: &mut [f32; 64], a: u64, b: u64, accumulate: u32) {
                 wgmma_asm!(ss, $ptx, "128", d, a, b, accumulate; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+            }
+
+            #[inline(always)]
+            unsafe fn ss_n64(d: &mut [f32; 32], a: u64, b: u64, accumulate: u32) {
+                wgmma_asm!(ss, $ptx, "64", d, a, b, accumulate; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
             }
 
             #[inline(always)]
