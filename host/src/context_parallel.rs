@@ -361,8 +361,13 @@ impl Ring {
         // The inputs and the new buffers are ready in each device's stream order.
         let start = self.devices.iter().map(|d| event(d.stream())).collect::<Result<Vec<_>>>()?;
         // Timing events, when asked for (they cost a little: created and recorded per call).
-        let timed =
-            |stream: &Arc<CudaStream>| stream.record_event(None).context("recording a ring timing event");
+        // Explicitly with timing: cudarc's default flags (`None`) disable it, and reading such
+        // an event's time is CUDA_ERROR_INVALID_HANDLE.
+        let timed = |stream: &Arc<CudaStream>| {
+            stream
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .context("recording a ring timing event")
+        };
         let mut timeline = if self.record.load(std::sync::atomic::Ordering::Relaxed) {
             let starts = self.devices.iter().map(|d| timed(d.stream())).collect::<Result<Vec<_>>>()?;
             Some(

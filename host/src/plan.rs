@@ -343,12 +343,13 @@ pub struct AutoRule {
 pub const AUTO_RULES: [AutoRule; 4] = [
     AutoRule {
         method: Method::FlashHopper,
-        when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 128 \
+        when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 256 \
                (16-byte rows), a fixed-length batch, no window, at least 128 query rows per sequence",
         evidence: "bf16 headline 1.05–1.65× the mma.sync kernel in 19 of 20 rows (d64 causal N = 1024: 0.99×) \
-                   and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head dims 40–128 \
-                   at N = 4096 1.02–1.60× the mma.sync kernel, d = 32 0.81× (padded to 64), so it stays on \
-                   mma.sync (results/2026-11-30-nvidia-h200/hopper/v13-pingpong/head-dims, a slower variant)",
+                   and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head-dims sweep \
+                   (N = 4096, f16 and bf16, causal and not): d = 40–256 1.12–1.69× the mma.sync kernel and \
+                   1.12–2.03× FlashAttention-2, d = 32 0.91–0.94× the mma.sync kernel (padded to 64), so it \
+                   stays on mma.sync (results/2026-11-30-nvidia-h200-x2/s5-call1/head-dims)",
     },
     AutoRule {
         method: Method::FlashTensorCore,
@@ -538,11 +539,6 @@ pub const HOPPER_MIN_QUERY_ROWS: usize = 128;
 /// instances start at 64 columns, and a padded d = 32 loses to the tuned d = 32 instance.
 pub const HOPPER_MIN_HEAD_DIM: usize = 32;
 
-/// The largest head dim for which `Method::Auto` takes the Hopper kernel; above it the
-/// `mma.sync` kernel's instances run (`Method::FlashHopper` itself runs every multiple of 8 up
-/// to 256).
-pub const HOPPER_MAX_AUTO_HEAD_DIM: usize = 128;
-
 /// The Hopper kernel as `Method::Auto` takes it: as `Method::FlashHopper`, for at least
 /// [`HOPPER_MIN_QUERY_ROWS`] query rows and without a split-KV override.
 fn hopper_for_auto(
@@ -555,11 +551,6 @@ fn hopper_for_auto(
     if problem.head_dim() <= HOPPER_MIN_HEAD_DIM {
         let what =
             "head dims up to 32 (padded to 64 they run at 0.81× the mma.sync kernel's d = 32 instance)";
-        return Err(unsupported(method, Reason::NotOnHopper { what }));
-    }
-    if problem.head_dim() > HOPPER_MAX_AUTO_HEAD_DIM {
-        let what = "head dims above 128 (the Hopper instances for 192 and 256 are not yet measured against \
-                    the mma.sync kernel)";
         return Err(unsupported(method, Reason::NotOnHopper { what }));
     }
     if problem.max_lens().0 < HOPPER_MIN_QUERY_ROWS {
