@@ -6,7 +6,7 @@ use std::process::Stdio;
 use crate::util::{Result, cargo, root};
 
 /// The script written into the bundle. Commands: `test` (default), `sanitize`, `bench`,
-/// `timing`, `tune`, `decode`, `backward`, `window`, `python`, `candle`, `help`; every one is listed in the header and in `usage` (a unit test
+/// `timing`, `tune`, `decode`, `backward`, `window`, `python`, `python-ratios`, `candle`, `help`; every one is listed in the header and in `usage` (a unit test
 /// holds the three together).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs flashattn's GPU suite from release executables; needs only an NVIDIA driver.
@@ -18,9 +18,11 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   ./run.sh decode [ARGS]    the decode example: Llama-3-8B decoding with every split count, in TB/s
 #   ./run.sh backward [ARGS]  the backward example: forward and backward times on the headline shapes
 #   ./run.sh window [ARGS]    the window example: sliding-window forward time against the window
-#   ./run.sh python [ARGS]    the Python wheel, installed offline into a private folder on
-#                             PYTHONPATH (beside this machine's PyTorch and NumPy), then its pytest suite;
+#   ./run.sh python [ARGS]    the Python wheel, installed offline by pip into a fresh virtual environment
+#                             (which sees this machine's PyTorch and NumPy), then its pytest suite;
 #                             ARGS go to pytest. PYTHON=... picks the interpreter (default python3)
+#   ./run.sh python-ratios [ARGS]  the same install, then python/bench/ratios.py: the headline shapes through
+#                             the wheel and PyTorch's backends, timed alike, against a bench.jsonl (ARGS)
 #   ./run.sh candle [ARGS]    flashattn-candle built with candle's CUDA backend (`bundle --candle-cuda`):
 #                             its test executable (ARGS go to it), then the compare example; needs
 #                             the CUDA 13 libraries (candle/lib, or the CUDA toolkit's)
@@ -38,8 +40,10 @@ usage: run.sh [COMMAND] [ARGS]
   decode [ARGS]     the decode example: Llama-3-8B decoding with every split count, in TB/s
   backward [ARGS]   the backward example: forward and backward times on the headline shapes
   window [ARGS]     the window example: sliding-window forward time against the window
-  python [ARGS]     the Python wheel installed offline into a private folder on PYTHONPATH, beside
-                    this machine's PyTorch and NumPy, then its pytest suite (ARGS go to pytest)
+  python [ARGS]     the Python wheel installed offline by pip into a fresh virtual environment that
+                    sees this machine's PyTorch and NumPy, then its pytest suite (ARGS go to pytest)
+  python-ratios [ARGS]  the same install, then python/bench/ratios.py (the headline through the
+                    wheel and PyTorch's backends, timed alike; ARGS go to it)
   candle [ARGS]     flashattn-candle on candle's CUDA backend: its test executable (ARGS go to it),
                     then the compare example (only in bundles made with --candle-cuda)
   help, -h, --help  this list
@@ -62,6 +66,49 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   if ls "$d"/libcublas.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
 done
 export FLASHATTN_REQUIRE_GPU=1
+# The Python wheel installed with pip into a fresh virtual environment, offline, no compiler; sets
+# `python` to the environment's interpreter and works from a temporary folder (so that no source
+# checkout of python/flashattn can be imported). The environment sees the system's site packages
+# and, through a .pth file, this user's (where the H200 image keeps PyTorch and NumPy, which a
+# plain venv hides). Without `ensurepip` (Debian's python3 without python3-venv) the venv is made
+# without pip and this Python's pip installs into it (`pip --python`, pip >= 22.3).
+python_venv() {
+  if [ -f "$here/python/NO_WHEEL" ]; then
+    echo "this bundle has no Python wheel (not built when it was made): $(cat "$here/python/NO_WHEEL")" >&2; exit 2
+  fi
+  local wheel="" w base venv purelib user_site
+  for w in "$here"/python/wheels/flashattn-*.whl; do if [ -f "$w" ]; then wheel="$w"; fi; done
+  if [ -z "$wheel" ]; then echo "this bundle has no Python wheel (python/wheels/flashattn-*.whl)" >&2; exit 2; fi
+  if [ -f "$here/python/NO_DEPS" ]; then
+    echo "warning: this bundle has no pytest wheels, pip looks for pytest on this machine: $(cat "$here/python/NO_DEPS")" >&2
+  fi
+  base="${PYTHON:-python3}"
+  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+  venv="$tmp/venv"
+  if "$base" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [ -x "$venv/bin/pip" ]; then
+    vpip=("$venv/bin/python" -m pip)
+  elif rm -rf "$venv" && "$base" -m venv --system-site-packages --without-pip "$venv"; then
+    vpip=("$base" -m pip --python "$venv/bin/python")
+  else
+    echo "$base could not create a virtual environment" >&2; exit 1
+  fi
+  python="$venv/bin/python"
+  purelib="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  user_site="$("$base" -m site --user-site 2>/dev/null || true)"
+  if [ -n "$user_site" ] && [ -d "$user_site" ]; then echo "$user_site" > "$purelib/_flashattn_user_site.pth"; fi
+  vpip+=(install --quiet --disable-pip-version-check --no-input --no-index)
+  "${vpip[@]}" --no-deps "$wheel" || { echo "pip could not install $wheel into $venv" >&2; exit 1; }
+  if ! "$python" -c 'import pytest' 2>/dev/null; then
+    "${vpip[@]}" --find-links "$here/python/deps" pytest ||
+      { echo "no pytest for $python, and pip could not install it from the bundle (pytest needs Python >= 3.10)" >&2; exit 1; }
+  fi
+  "$python" -c 'import numpy' 2>/dev/null ||
+    { echo "no NumPy for $base: install it ($base -m pip install numpy)" >&2; exit 1; }
+  cd "$tmp"
+  "$python" -c 'import flashattn, os, sys; sys.exit(not os.path.realpath(flashattn.__file__).startswith(os.path.realpath(sys.argv[1])))' "$purelib" ||
+    { echo "flashattn is not imported from the wheel installed into $venv" >&2; exit 1; }
+  echo "python: flashattn installed by pip into the virtual environment $venv" >&2
+}
 case "$cmd" in
   test)
     status=0
@@ -92,35 +139,14 @@ case "$cmd" in
     run_bin backward "$@" ;;
   window)
     run_bin window "$@" ;;
-  python)
-    if [ -f "$here/python/NO_WHEEL" ]; then
-      echo "this bundle has no Python wheel (not built when it was made): $(cat "$here/python/NO_WHEEL")" >&2; exit 2
+  python|python-ratios)
+    python_venv
+    if [ "$cmd" = python-ratios ]; then
+      "$python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
+        { echo "python-ratios needs PyTorch with a CUDA device" >&2; exit 1; }
+      PYTHONDONTWRITEBYTECODE=1 "$python" "$here/python/bench/ratios.py" "$@"
+      exit $? 
     fi
-    wheel=""
-    for w in "$here"/python/wheels/flashattn-*.whl; do if [ -f "$w" ]; then wheel="$w"; fi; done
-    if [ -z "$wheel" ]; then echo "this bundle has no Python wheel (python/wheels/flashattn-*.whl)" >&2; exit 2; fi
-    if [ -f "$here/python/NO_DEPS" ]; then
-      echo "warning: this bundle has no pytest wheels, pip looks for pytest on this machine: $(cat "$here/python/NO_DEPS")" >&2
-    fi
-    python="${PYTHON:-python3}"
-    tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-    # Into a private folder on PYTHONPATH, not a virtual environment: this machine's PyTorch and
-    # NumPy may live in the user site (as on the H200 machine), which a venv hides. Offline, no
-    # compiler: the wheel, and pytest from python/deps when this Python has none.
-    pip_install=("$python" -m pip install --quiet --disable-pip-version-check --no-input --no-index --target "$tmp/site")
-    "${pip_install[@]}" --no-deps "$wheel" ||
-      { echo "pip could not install $wheel into $tmp/site" >&2; exit 1; }
-    if ! "$python" -c 'import pytest' 2>/dev/null; then
-      "${pip_install[@]}" --find-links "$here/python/deps" pytest ||
-        { echo "no pytest for $python, and pip could not install it from the bundle (pytest needs Python >= 3.10)" >&2; exit 1; }
-    fi
-    "$python" -c 'import numpy' 2>/dev/null ||
-      { echo "no NumPy for $python: install it ($python -m pip install numpy)" >&2; exit 1; }
-    # From the temporary folder, so that no source checkout of python/flashattn can be imported.
-    cd "$tmp"
-    export PYTHONPATH="$tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    "$python" -c 'import flashattn, os, sys; sys.exit(not os.path.realpath(flashattn.__file__).startswith(os.path.realpath(sys.argv[1])))' "$tmp/site" ||
-      { echo "flashattn is not imported from the wheel installed into $tmp/site" >&2; exit 1; }
     "$python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
       echo "warning: no PyTorch with a CUDA device here: the CUDA tests (test_cuda.py) skip" >&2
     status=0

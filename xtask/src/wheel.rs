@@ -185,19 +185,22 @@ pub fn copy_into(out: &Path, parts: &PythonParts) -> Result<Vec<String>> {
         }
         Err(why) => std::fs::write(out.join(NO_DEPS), format!("{why}\n")).map_err(|e| e.to_string())?,
     }
-    let tests = root().join("python/tests");
-    mkdir(&python.join("tests"))?;
-    let mut sources = std::fs::read_dir(&tests)
-        .map_err(|e| format!("{}: {e}", tests.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        // Sources only: no __pycache__ or .pytest_cache from local runs.
-        .filter(|p| p.is_file() && !file_name(p).starts_with('.'))
-        .collect::<Vec<_>>();
-    sources.sort();
-    for source in &sources {
-        copy(source, &python.join("tests").join(file_name(source)))?;
+    // The tests, and the benchmark scripts (`run.sh python-ratios`).
+    for folder in ["tests", "bench"] {
+        let from = root().join("python").join(folder);
+        mkdir(&python.join(folder))?;
+        let mut sources = std::fs::read_dir(&from)
+            .map_err(|e| format!("{}: {e}", from.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            // Sources only: no __pycache__ or .pytest_cache from local runs.
+            .filter(|p| p.is_file() && !file_name(p).starts_with('.'))
+            .collect::<Vec<_>>();
+        sources.sort();
+        for source in &sources {
+            copy(source, &python.join(folder).join(file_name(source)))?;
+        }
+        listed.push(format!("python/{folder} ({} files)", sources.len()));
     }
-    listed.push(format!("python/tests ({} files)", sources.len()));
     Ok(listed)
 }
 

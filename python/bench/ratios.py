@@ -1,0 +1,116 @@
+"""Does the Python layer change the headline ratios? The shapes of a `flashattn-bench run` (its
+bench.jsonl, with --peers: peers.jsonl beside it) run again here through the installed wheel's
+`flash_attn_func` and through PyTorch's flash and cuDNN backends, all timed the way the bench times
+its peers (triton.testing.do_bench: median, L2 cleared before each call, same warm-up and
+repetition budget as benches/peers.py). Per shape it prints the Rust bench's time of `--method`,
+the Python call's, and the ratios against the peers both ways:
+
+  rust / peers.jsonl   ours (Rust bench) over the peer as the bench's run measured it
+  python / here        ours (Python call) over the same peer measured here, side by side
+
+and `change` = (python ratio) / (rust ratio) - 1 (peer noise between the two runs included). The
+criterion: every ratio computed from the Python call's time instead of the Rust bench's, against
+the same peer time, moves by at most 2%: |rust ms / python ms - 1| <= 2% in every row (the exit
+status says whether it held). One JSON line per shape goes to --out when given.
+
+Usage (on the GPU machine, after `run.sh bench run --preset headline --methods auto --peers --out D`):
+  run.sh python-ratios --bench D/bench.jsonl [--out ratios.jsonl]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bench", required=True, help="bench.jsonl of a flashattn-bench run (peers.jsonl beside it)")
+    p.add_argument("--method", default="auto", help="our method's rows to compare (default: auto)")
+    p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--rep-ms", type=float, default=100.0)
+    p.add_argument("--limit", type=float, default=0.02, help="largest |change| that passes (default 0.02)")
+    p.add_argument("--out", help="JSON lines, one per shape")
+    return p.parse_args()
+
+
+def rows(path, kind="row"):
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("kind") == kind:
+                out.append(r)
+    return out
+
+
+def main():
+    args = parse_args()
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from flashattn import flash_attn_func
+
+    ours = [r for r in rows(args.bench)
+            if r.get("method") == args.method and r.get("pass", "fwd") == "fwd" and r.get("status") == "ok"]
+    if not ours:
+        print(f"no rows of method {args.method!r} in {args.bench}", file=sys.stderr)
+        return 2
+    peers_path = os.path.join(os.path.dirname(args.bench), "peers.jsonl")
+    peer_ms = {(r["key"], r["method"]): r["timing"]["median_ms"] for r in rows(peers_path)
+               if r.get("status", "ok") == "ok" and r.get("timing") and r.get("pass", "fwd") == "fwd"}
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16}
+    dev = torch.device("cuda")
+    timed = lambda fn: float(do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, quantiles=[0.5, 0.1, 0.9])[0])
+    out = open(args.out, "w") if args.out else None
+    worst = 0.0
+    print(f"{'shape':42s} {'rust ms':>9s} {'py ms':>9s} {'py/rust':>8s} | peer: rust ratio, python ratio, change")
+    for r in ours:
+        if r["dtype"] not in dtypes or r["seqlen_q"] != r["seqlen_k"] and r["mask"] == "causal":
+            continue
+        B, H, KV, Nq, Nk, d = r["batch"], r["heads"], r["kv_heads"], r["seqlen_q"], r["seqlen_k"], r["head_dim"]
+        causal = r["mask"] == "causal"
+        dt = dtypes[r["dtype"]]
+        torch.manual_seed(0)
+        # Ours in the bench's layout, (B, N, H, d); the peers in theirs, (B, H, N, d).
+        q, k, v = (torch.randn(B, n, h, d, device=dev, dtype=dt) for n, h in ((Nq, H), (Nk, KV), (Nk, KV)))
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        gqa = {"enable_gqa": True} if KV != H else {}
+        py_ms = timed(lambda: flash_attn_func(q, k, v, causal=causal))
+        rust_ms = r["timing"]["median_ms"]
+        rec = {"key": r["key"], "rust_ms": rust_ms, "python_ms": py_ms, "python_over_rust": py_ms / rust_ms}
+        worst = max(worst, abs(rust_ms / py_ms - 1))
+        line = f"{r['key']:42s} {rust_ms:9.4f} {py_ms:9.4f} {py_ms / rust_ms:8.3f} |"
+        for name, backend in (("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel([backend]):
+                    here = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, **gqa))
+            except Exception as e:  # a backend that cannot run the shape
+                line += f" {name}: {type(e).__name__} |"
+                continue
+            there = peer_ms.get((r["key"], name))
+            python_ratio = here / py_ms  # speed ratio: peer time over ours
+            rec[name] = {"here_ms": here, "bench_ms": there, "python_ratio": python_ratio}
+            if there is not None:
+                rust_ratio = there / rust_ms
+                change = python_ratio / rust_ratio - 1
+                rec[name].update(rust_ratio=rust_ratio, change=change)
+                line += f" {name}: {rust_ratio:.3f}x, {python_ratio:.3f}x, {change:+.1%} |"
+            else:
+                line += f" {name}: -, {python_ratio:.3f}x |"
+        print(line, flush=True)
+        if out:
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+        del q, k, v, qt, kt, vt
+    print(f"largest change of a ratio from the Python call's time (|rust ms / python ms - 1|): {worst:.1%} "
+          f"(limit {args.limit:.0%})")
+    return 0 if worst <= args.limit else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
