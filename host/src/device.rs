@@ -499,20 +499,25 @@ impl Device {
         params: &P,
     ) -> Result<()> {
         // SAFETY: the caller's contract; the device's own stream.
-        unsafe { self.launch_on(self.stream.cu_stream(), kernel, shape, params) }
+        unsafe { self.launch_on(self.stream.cu_stream(), kernel, shape, params, false) }
     }
 
     /// [`Device::launch`] on `stream`: this device's own, or a caller's ([`crate::external`]).
+    /// With `dependent`, as a *programmatic dependent launch* (sm_90): the kernel may start while
+    /// the previous one in the stream is finishing, which hides most of the gap between two
+    /// launches; it must then wait (`griddepcontrol.wait`) before it reads what that one wrote.
     ///
     /// # Safety
     /// As [`Device::launch`], and `stream` must be a live stream of this device's primary
-    /// context.
+    /// context; with `dependent`, the kernel waits for the previous grid before its first access
+    /// to memory that grid writes.
     pub(crate) unsafe fn launch_on<P: Copy>(
         &self,
         stream: sys::CUstream,
         kernel: KernelId,
         shape: LaunchShape,
         params: &P,
+        dependent: bool,
     ) -> Result<()> {
         self.bind()?;
         let Function(f, static_shared) = self.module()?.function(kernel)?;
@@ -537,6 +542,29 @@ impl Device {
             raised.fetch_max(shape.shared_bytes, Ordering::Relaxed);
         }
         let mut args = [params as *const P as *mut c_void];
+        if dependent {
+            // SAFETY: a zeroed union is a valid value; the one member set is the one the
+            // attribute's id names.
+            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attribute.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: shape.grid.0,
+                gridDimY: shape.grid.1,
+                gridDimZ: shape.grid.2,
+                blockDimX: shape.block.0,
+                blockDimY: shape.block.1,
+                blockDimZ: shape.block.2,
+                sharedMemBytes: shape.shared_bytes,
+                hStream: stream,
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and its attribute outlive the call.
+            return unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
+                .map_err(|source| Error::Launch { kernel: name, source });
+        }
         // SAFETY: the caller guarantees `params` matches the kernel; the pointer outlives the
         // call (the driver copies parameters at launch).
         unsafe { result::launch_kernel(f, shape.grid, shape.block, shape.shared_bytes, stream, &mut args) }

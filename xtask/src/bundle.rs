@@ -62,7 +62,7 @@ case "$cmd" in
 esac
 # cuBLAS (for the standard-attention path): the CUDA toolkit's, or the one pip installed.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-    $(python3 -c 'import site, glob; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
+    $(python3 -c 'import site, glob; print(" ".join(d for p in site.getsitepackages() + [site.getusersitepackages()] for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
   if ls "$d"/libcublas.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
 done
 export FLASHATTN_REQUIRE_GPU=1

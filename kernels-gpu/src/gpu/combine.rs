@@ -2,6 +2,9 @@
 //! (written in f32 by the tensor-core kernel with `p.splits > 1`) into the output, in the
 //! storage type, and the log-sum-exp.
 //!
+//! On sm_90 it is launched as a programmatic dependent of the forward kernel (its launch overlaps
+//! the forward's last blocks; [`wait_for_previous_grid`] holds its reads until the forward is done).
+//!
 //! One warp per query row, [`COMBINE_WARPS`] rows per block; the grid is (row groups of the
 //! longest sequence, query heads, sequences), like the forward kernel's. The merge itself is
 //! [`SplitMerge`], the rule the CPU tests check. Two rounds of memory reads, each with all its
@@ -16,7 +19,7 @@
 use super::arch::global::{load_f32, load_f32x4, store_f32, store_u32x2};
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shuffle;
-use super::arch::thread::{block_x, block_y, block_z, thread_x};
+use super::arch::thread::{block_x, block_y, block_z, thread_x, wait_for_previous_grid};
 use super::sequence::SeqView;
 use crate::params::{AttnParams, COMBINE_WARPS, MAX_SPLITS, partial_index};
 use crate::softmax::SplitMerge;
@@ -33,6 +36,9 @@ const _: () = assert!(MAX_SPLITS % 32 == 0);
 /// threads.
 #[inline(always)]
 unsafe fn combine<E: MmaElement>(p: &AttnParams) {
+    // On sm_90 the host launches this kernel as a programmatic dependent of the forward kernel
+    // (it starts while the forward's last blocks finish): nothing is read before that grid is done.
+    wait_for_previous_grid();
     let (warp, lane) = (thread_x() / 32, thread_x() % 32);
     let (h, z) = (block_y(), block_z());
     // SAFETY: offsets valid for every z of the grid (host).

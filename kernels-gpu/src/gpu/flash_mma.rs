@@ -29,7 +29,8 @@ use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{
-    block_x, block_y, block_z, grid_dim_x, opaque, sync_threads, thread_x, thread_x_opaque,
+    block_x, block_y, block_z, grid_dim_x, let_dependent_grid_start, opaque, sync_threads, thread_x,
+    thread_x_opaque,
 };
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
@@ -76,6 +77,13 @@ unsafe fn flash_fwd_mma<
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
         assert!(T == 32 * W && (VS == 1 || VS == 2));
     };
+    if W == 1 && p.splits > 1 {
+        // A split decode instance: the combine kernel after it (a programmatic dependent on
+        // sm_90) may be scheduled now and wait for this grid on the SMs, so that it runs as soon
+        // as the last split is written rather than a launch later. Its blocks are small (no shared
+        // memory) beside this kernel's one-warp blocks.
+        let_dependent_grid_start();
+    }
     let tid = thread_x();
     let warp = tid / 32;
     let lane = tid % 32;

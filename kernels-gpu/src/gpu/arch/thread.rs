@@ -116,3 +116,31 @@ pub fn named_arrive<const THREADS: u32>(id: u32) {
         core::arch::asm!("barrier.arrive {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack))
     }
 }
+
+/// `griddepcontrol.wait` (sm_90): waits until the grids this one depends on have completed and
+/// their memory is visible. It matters for a grid launched as a *programmatic dependent* of the
+/// previous one in its stream (the host's `Launch` on sm_90, for the split-KV combine): such a grid
+/// may start while the previous one is still finishing, and must wait here before it reads what
+/// that grid wrote. In any other launch it returns at once. On sm_80 (no such instruction, and the
+/// host never launches that way there) it is nothing.
+#[inline(always)]
+pub fn wait_for_previous_grid() {
+    #[cfg(target_feature = "sm_90a")]
+    // SAFETY: a wait; it orders this thread's later memory accesses after the previous grid's.
+    unsafe {
+        core::arch::asm!("griddepcontrol.wait;", options(nostack))
+    }
+}
+
+/// `griddepcontrol.launch_dependents` (sm_90): lets the grid launched after this one as its
+/// programmatic dependent start now (its blocks then wait in [`wait_for_previous_grid`]), instead
+/// of when this grid's last block exits. Without such a dependent it does nothing; on sm_80 it is
+/// nothing.
+#[inline(always)]
+pub fn let_dependent_grid_start() {
+    #[cfg(target_feature = "sm_90a")]
+    // SAFETY: a scheduling hint; it changes no memory and no control flow.
+    unsafe {
+        core::arch::asm!("griddepcontrol.launch_dependents;", options(nostack, nomem))
+    }
+}
