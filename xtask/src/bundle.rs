@@ -68,15 +68,15 @@ done
 export FLASHATTN_REQUIRE_GPU=1
 # The Python wheel installed with pip into a fresh virtual environment, offline, no compiler; sets
 # `python` to the environment's interpreter and works from a temporary folder (so that no source
-# checkout of python/flashattn can be imported). The environment sees the system's site packages
-# and, through a .pth file, this user's (where the H200 image keeps PyTorch and NumPy, which a
-# plain venv hides). Without `ensurepip` (Debian's python3 without python3-venv) the venv is made
+# checkout of python/flashattn can be imported). The environment sees, through a .pth file, every
+# package folder of the Python that made it (the H200 image's python3 is itself a venv holding
+# PyTorch and NumPy, which a new venv made from it would otherwise hide). Without `ensurepip` (Debian's python3 without python3-venv) the venv is made
 # without pip and this Python's pip installs into it (`pip --python`, pip >= 22.3).
 python_venv() {
   if [ -f "$here/python/NO_WHEEL" ]; then
     echo "this bundle has no Python wheel (not built when it was made): $(cat "$here/python/NO_WHEEL")" >&2; exit 2
   fi
-  local wheel="" w base venv purelib user_site
+  local wheel="" w base venv purelib
   for w in "$here"/python/wheels/flashattn-*.whl; do if [ -f "$w" ]; then wheel="$w"; fi; done
   if [ -z "$wheel" ]; then echo "this bundle has no Python wheel (python/wheels/flashattn-*.whl)" >&2; exit 2; fi
   if [ -f "$here/python/NO_DEPS" ]; then
@@ -94,8 +94,13 @@ python_venv() {
   fi
   python="$venv/bin/python"
   purelib="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  user_site="$("$base" -m site --user-site 2>/dev/null || true)"
-  if [ -n "$user_site" ] && [ -d "$user_site" ]; then echo "$user_site" > "$purelib/_flashattn_user_site.pth"; fi
+  # Every package folder the calling Python sees (its own site packages — on the H200 image
+  # python3 is itself a venv, /opt/torch/.venv — and the user's), after the new environment's own.
+  "$base" -c 'import site, sys
+u = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+paths = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))] + ([u] if isinstance(u, str) else [])
+print("\n".join(dict.fromkeys(paths)))' > "$purelib/_flashattn_base_site.pth" ||
+    { echo "$base could not list its package folders" >&2; exit 1; }
   vpip+=(install --quiet --disable-pip-version-check --no-input --no-index)
   "${vpip[@]}" --no-deps "$wheel" || { echo "pip could not install $wheel into $venv" >&2; exit 1; }
   if ! "$python" -c 'import pytest' 2>/dev/null; then
