@@ -16,7 +16,7 @@
 //! 2. each lane accumulates `Σ w_s·o_s` for its 4 columns of every 128-column pass, four splits
 //!    at a time, taking each split's weight from the lane that holds it.
 
-use super::arch::global::{load_f32, load_f32x4, store_f32, store_u32x2};
+use super::arch::global::{load_f32_rw, load_f32x4_rw, store_f32, store_u32x2};
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, thread_x, wait_for_previous_grid};
@@ -37,7 +37,9 @@ const _: () = assert!(MAX_SPLITS % 32 == 0);
 #[inline(always)]
 unsafe fn combine<E: MmaElement>(p: &AttnParams) {
     // On sm_90 the host launches this kernel as a programmatic dependent of the forward kernel
-    // (it starts while the forward's last blocks finish): nothing is read before that grid is done.
+    // (it starts while the forward's last blocks finish): nothing is read before that grid is
+    // done, and the partials are read with coherent loads (not `.nc`: they are written while this
+    // grid exists).
     wait_for_previous_grid();
     let (warp, lane) = (thread_x() / 32, thread_x() % 32);
     let (h, z) = (block_y(), block_z());
@@ -52,7 +54,7 @@ unsafe fn combine<E: MmaElement>(p: &AttnParams) {
     let d = p.head_dim as u64;
     let lse_of = |s: u64| {
         // SAFETY: split `s` < splits, row < partial_rows: inside the partial log-sum-exps.
-        unsafe { load_f32(p.partial_lse + 4 * partial_index(s, p.partial_rows, row)) }
+        unsafe { load_f32_rw(p.partial_lse + 4 * partial_index(s, p.partial_rows, row)) }
     };
     // Round 1: this lane's splits' log-sum-exps (−inf past the last split: weight 0).
     let mut lse = [f32::NEG_INFINITY; SPLITS_PER_LANE];
@@ -77,7 +79,7 @@ unsafe fn combine<E: MmaElement>(p: &AttnParams) {
     let partial = |sp: u64, c: u64| {
         let at = p.partial_o + 4 * (partial_index(sp, p.partial_rows, row) * d + c);
         // SAFETY: columns c..c+4 ≤ d of a partial row, 16-byte aligned (d % 4 == 0).
-        unsafe { load_f32x4(at) }
+        unsafe { load_f32x4_rw(at) }
     };
     let mut c = 4 * lane as u64;
     // Every lane runs every pass (the shuffles need the whole warp); lanes past the head dim

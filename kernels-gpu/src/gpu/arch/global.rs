@@ -186,7 +186,7 @@ pub unsafe fn load_f32(addr: u64) -> f32 {
     unsafe { F32::load(addr) }
 }
 
-/// `ld.global.nc.v4.f32`: four f32 written by an earlier kernel (split-KV partial outputs).
+/// `ld.global.nc.v4.f32`: four f32 written by an earlier kernel and read-only for this one.
 ///
 /// # Safety
 /// `addr` must be a valid, 16-byte aligned global address.
@@ -196,6 +196,22 @@ pub unsafe fn load_f32x4(addr: u64) -> [f32; 4] {
     // SAFETY: caller's contract.
     unsafe {
         asm!("ld.global.nc.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];",
+             x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, a = in(reg64) addr)
+    };
+    [x, y, z, w]
+}
+
+/// `ld.global.v4.f32` (coherent, not `.nc`): four f32 that another grid writes while this one
+/// runs (see [`load_f32_rw`]).
+///
+/// # Safety
+/// `addr` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32x4_rw(addr: u64) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.global.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];",
              x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, a = in(reg64) addr)
     };
     [x, y, z, w]
@@ -216,7 +232,10 @@ pub unsafe fn load_f32x2_rw(addr: u64) -> [f32; 2] {
     [x, y]
 }
 
-/// `ld.global.f32` (coherent, not `.nc`): an f32 that this kernel overwrites after reading it.
+/// `ld.global.f32` (coherent, not `.nc`): an f32 that this kernel overwrites after reading it,
+/// or that another grid writes while this one runs (a programmatic dependent launch reads the
+/// previous grid's results after `griddepcontrol.wait`; `.nc` is only for data read-only for
+/// the kernel's whole lifetime).
 ///
 /// # Safety
 /// `addr` must be a valid, 4-byte aligned global address.
