@@ -66,6 +66,9 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   if ls "$d"/libcublas.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
 done
 export FLASHATTN_REQUIRE_GPU=1
+# The commit the bundle was built from, which the bench records in its rows (a checkout on the
+# GPU machine, if there is one, may be another commit).
+if [ -z "${FLASHATTN_COMMIT:-}" ] && [ -f "$here/COMMIT" ]; then export FLASHATTN_COMMIT="$(cat "$here/COMMIT")"; fi
 # The Python wheel installed with pip into a fresh virtual environment, offline, no compiler; sets
 # `python` to the environment's interpreter and works from a temporary folder (so that no source
 # checkout of python/flashattn can be imported). The environment sees, through a .pth file, every
@@ -402,6 +405,23 @@ fn artifacts_of(mut cmd: std::process::Command, what: &str) -> Result<Vec<Artifa
     Ok(found)
 }
 
+/// The commit the bundle is built from: `git rev-parse HEAD`, with `-dirty` when tracked files
+/// have uncommitted changes; `None` outside a git checkout.
+fn source_commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "HEAD"]).filter(|h| !h.is_empty())?;
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
 /// `cargo xtask bundle`.
 pub fn bundle(out: &Path, candle: CandleCuda) -> Result<()> {
     // Decided before the (long) build, so that a refused --out fails at once, and again after it.
@@ -453,6 +473,10 @@ pub fn bundle(out: &Path, candle: CandleCuda) -> Result<()> {
     listed.extend(crate::wheel::copy_into(&out, &python)?);
     if candle != CandleCuda::No {
         listed.extend(copy_candle_cuda(&out, &candle_artifacts, candle == CandleCuda::WithLibraries)?);
+    }
+    if let Some(commit) = source_commit() {
+        std::fs::write(out.join("COMMIT"), format!("{commit}\n")).map_err(|e| e.to_string())?;
+        listed.push(format!("COMMIT ({commit})"));
     }
     let script = out.join("run.sh");
     std::fs::write(&script, RUN_SH).map_err(|e| e.to_string())?;
@@ -580,6 +604,13 @@ mod tests {
     }
 
     #[cfg(unix)]
+    #[test]
+    fn run_sh_hands_the_bundles_commit_to_the_bench() {
+        // The bench reads FLASHATTN_COMMIT before asking git (benches/src/meta.rs).
+        assert!(RUN_SH.contains(r#"export FLASHATTN_COMMIT="$(cat "$here/COMMIT")""#));
+        assert!(RUN_SH.contains(r#"[ -z "${FLASHATTN_COMMIT:-}" ]"#), "a caller's FLASHATTN_COMMIT wins");
+    }
+
     #[test]
     fn run_sh_help_prints_usage_and_exits_zero() {
         if crate::util::which("bash").is_none() {
