@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use flashattn_kernels::params::AttnParams;
-use flashattn_kernels::registry::{Family, Target};
 
 use crate::buffer::{DeviceBuffer, Element};
 use crate::device::{Device, LaunchShape};
@@ -201,13 +200,9 @@ impl Device {
                 block: (launch.threads, 1, 1),
                 shared_bytes: launch.shared_bytes,
             };
-            // The split-KV combine on sm_90: a programmatic dependent of the forward kernel
-            // before it (its launch overlaps the forward's last blocks; it waits for them).
-            let dependent = matches!(kernel.info().family, Family::Combine(_))
-                && self.props().target() == Some(Target::Sm90a);
-            // SAFETY: the caller's contract; the combine waits for the forward grid before it
-            // reads the partial results.
-            unsafe { self.launch_on(stream.cu_stream(), kernel, shape, params, dependent) }?;
+            // SAFETY: the caller's contract; a launch the plan marks `after_previous` (the
+            // combine on sm_90) waits for the grid before it in the kernel.
+            unsafe { self.launch_on(stream.cu_stream(), kernel, shape, params, launch.after_previous) }?;
         }
         Ok(())
     }

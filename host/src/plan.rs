@@ -287,6 +287,10 @@ pub struct Launch {
     pub shared_bytes: u32,
     /// How many times it runs (one per head group for the standard path's GEMMs).
     pub count: u32,
+    /// A programmatic dependent of the launch before it (sm_90: the split-KV combine): its blocks
+    /// may start while that launch's last blocks finish, and wait in the kernel
+    /// (`griddepcontrol.wait`) before reading what it wrote — the gap between two launches hidden.
+    pub after_previous: bool,
     pub(crate) kernel: Option<KernelId>,
 }
 
@@ -410,8 +414,11 @@ impl std::fmt::Display for Plan {
             match l.kind {
                 LaunchKind::Kernel(k) => write!(
                     f,
-                    "; `{k}` grid {:?}, {} threads, {} B shared memory",
-                    l.grid, l.threads, l.shared_bytes
+                    "; `{k}` grid {:?}, {} threads, {} B shared memory{}",
+                    l.grid,
+                    l.threads,
+                    l.shared_bytes,
+                    if l.after_previous { ", started as the launch before it finishes" } else { "" }
                 )?,
                 LaunchKind::Gemm(what) => write!(f, "; cuBLAS GEMM {what} ×{}", l.count)?,
             }
@@ -638,6 +645,7 @@ fn flash_plan(
         threads,
         shared_bytes,
         count: 1,
+        after_previous: false,
         kernel: Some(kernel),
     };
     let mut launches = vec![launch];
@@ -690,6 +698,9 @@ pub(crate) fn combine_launch(
         threads: 32 * COMBINE_WARPS,
         shared_bytes: 0,
         count: 1,
+        // On sm_90 the combine waits for the forward in the kernel (`combine.rs`); the split
+        // decode instances let it start early.
+        after_previous: props.target() == Some(Target::Sm90a),
         kernel: Some(combine),
     })
 }
@@ -1100,6 +1111,7 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
         threads: 0,
         shared_bytes: 0,
         count: groups,
+        after_previous: false,
         kernel: None,
     };
     let launches = vec![
@@ -1110,6 +1122,7 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
             threads: SOFTMAX_THREADS,
             shared_bytes: SOFTMAX_SHARED_BYTES,
             count: 1,
+            after_previous: false,
             kernel: Some(softmax),
         },
         gemm("O = P·V"),
@@ -1207,6 +1220,7 @@ pub fn plan_backward(
         threads,
         shared_bytes,
         count: 1,
+        after_previous: false,
         kernel: Some(k),
     };
     // A kernel with nothing to do (no query rows for preprocessing and conversion, no keys

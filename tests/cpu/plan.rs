@@ -292,6 +292,10 @@ fn decode_packs_query_heads_and_splits_the_keys() {
             assert!(p.launches[1].kind == LaunchKind::Kernel("flash_combine_bf16"), "{p}");
             // The combine sees the packed problem too: 4 rows of 8 heads per sequence.
             assert_eq!(p.launches[1].grid, (1, 8, batch as u32));
+            // On sm_90 it is a programmatic dependent of the forward (an A100 launches it after).
+            assert!(p.launches[1].after_previous && !p.launches[0].after_previous, "{p}");
+            let on_a100 = plan(&DeviceProps::a100(), DType::BF16, &pr, &opts).unwrap();
+            assert!(on_a100.launches.iter().all(|l| !l.after_previous), "{on_a100}");
             let partials = 4 * p.splits as u64 * (batch * 32) as u64 * 129;
             assert_eq!(p.scratch_bytes, partials, "{p}");
             assert!(p.to_string().contains("split-KV"), "{p}");
