@@ -127,7 +127,8 @@ fn tile_of(p: &WgmmaParams, t: u32) -> (u32, u32, u32) {
 /// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
 /// consumer warpgroup), `BN` keys per tile (128, or 64 where the output's `D / 2` accumulators a
 /// thread leave no room for 128 keys' scores twice over), `NS` stages, `C = BM / 64` consumers,
-/// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments.
+/// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments,
+/// `PERSISTENT` whether a block walks several tiles.
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
@@ -145,6 +146,7 @@ unsafe fn flash_fwd_wgmma<
     const DP: usize,
     const SN: usize,
     const PK: usize,
+    const PERSISTENT: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -173,9 +175,9 @@ unsafe fn flash_fwd_wgmma<
     // the consumers release it) and K/V (as stages free up) while the consumers finish the
     // current one.
     let tile_count = p.m_tiles * a.heads_q * p.batch;
-    // Instances that take one tile a block (head dims above 128, `WgmmaConfig::persistent`)
+    // Instances that take one tile a block (`PERSISTENT` false: `WgmmaConfig::persistent`)
     // leave both walks after their first tile, so that the walk's state costs no registers.
-    let persistent = D <= 128;
+    let persistent = PERSISTENT;
 
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
@@ -614,6 +616,7 @@ macro_rules! wgmma_entries {
                         { (C.head_dim / WGMMA_PANEL) as usize },
                         { (C.block_n / 2) as usize },
                         { (C.block_n / 16) as usize },
+                        { C.persistent() },
                     >(&p)
                 }
             }
