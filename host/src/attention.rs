@@ -135,6 +135,12 @@ impl Device {
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
         let mut params = attn_params(problem, io, addresses, block_n);
+        // A K/V cache's per-entry lengths, read by the kernels (freed in stream order after them).
+        let cache_lens = match problem.cache_seqlens() {
+            Some(lens) => Some(self.upload_u32(stream, lens)?),
+            None => None,
+        };
+        params.seqused_k = cache_lens.as_ref().map_or(0, |b| b.device_address());
         if io.partial.is_some() {
             // A step of context-parallel attention: the forward kernel alone, its `splits`
             // (at least 2: the tensor-core kernel writes partial results only when split) into
@@ -291,6 +297,7 @@ pub(crate) fn attn_params(
         partial_o: io.partial.map_or(0, |p| p.o),
         partial_lse: io.partial.map_or(0, |p| p.lse),
         partial_rows: io.partial.map_or(0, |p| p.rows),
+        seqused_k: 0,
     };
     if let Some(p) = io.partial {
         params.lse_seq_stride = p.lse_seq_stride;

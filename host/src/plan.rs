@@ -123,7 +123,10 @@ pub enum Reason {
     NoBackward,
     /// A softcap or ALiBi slopes: the GPU kernels do not apply them yet (the CPU path does).
     ScoreMod,
-    /// Per-entry K/V cache lengths: the GPU kernels do not read them yet (the CPU path does).
+    /// A K/V cache this method does not read: a paged one (`block_table`, the CPU path only so
+    /// far), or per-entry lengths (`cache_seqlens`) outside the tensor-core kernel's decode
+    /// instances (up to 16 query rows a tile, rows of 16 bytes, no tile override) and the general
+    /// forward kernel: standard attention, the Hopper kernel, the backward.
     KvCache,
     /// Something the Hopper kernel does not run (yet), or where `Method::Auto` knows the
     /// `mma.sync` kernel to be faster.
@@ -187,7 +190,9 @@ impl std::fmt::Display for Reason {
                  `cpu::attention_backward` apply it for any dtype and layout)",
             ),
             Reason::KvCache => f.write_str(
-                "per-entry K/V cache lengths (not on the GPU yet; `flashattn::cpu` runs them, forward and backward)",
+                "a paged K/V cache, or per-entry K/V cache lengths outside the GPU's decode instances (up to \
+                 16 query rows a tile) and general forward kernel (`flashattn::cpu` runs both, forward and \
+                 backward)",
             ),
             Reason::ScoreMod => f.write_str(
                 "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
@@ -482,7 +487,7 @@ pub fn plan(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
-    if let Some(reason) = cpu_only_feature(problem) {
+    if let Some(reason) = cpu_only_feature(problem, true) {
         let method = if opts.method == Method::Auto { Method::FlashTensorCore } else { opts.method };
         return Err(unsupported(method, reason));
     }
@@ -862,6 +867,11 @@ fn plan_mma(
         }
     };
     let config = MMA_CONFIGS[index];
+    if problem.cache_seqlens().is_some() && !config.is_decode() {
+        // Only the decode instances read a cache's lengths (`SeqView::of_cached` in the kernels:
+        // the 128-row instances have no register left for them).
+        return Err(unsupported(method, Reason::KvCache));
+    }
     let limit = props.max_shared_per_block;
     if config.shared_bytes() > limit {
         return Err(unsupported(method, Reason::SharedMemory { needed: config.shared_bytes(), limit }));
@@ -917,6 +927,10 @@ fn plan_wgmma(
     }
     if problem.varlen().is_some() {
         return no("a variable-length batch (not on the Hopper kernel yet; Method::FlashTensorCore runs it)");
+    }
+    if problem.cache_seqlens().is_some() {
+        return no("per-entry K/V cache lengths (TMA would load the cache's unused rows; \
+                   Method::FlashTensorCore runs them)");
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
@@ -1059,6 +1073,9 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
     }
+    if problem.cache_seqlens().is_some() {
+        return Err(unsupported(method, Reason::KvCache));
+    }
     if tiles != Tiles::default() {
         return Err(tile_error(method, tiles, TileError::NotTiled));
     }
@@ -1173,7 +1190,7 @@ pub fn plan_backward(
         Method::Auto | Method::FlashTensorCore => {}
         other => return Err(unsupported(other, Reason::NoBackward)),
     }
-    if let Some(reason) = cpu_only_feature(problem) {
+    if let Some(reason) = cpu_only_feature(problem, false) {
         return Err(unsupported(method, reason));
     }
     if opts.splits.is_some_and(|s| s > 1) {
@@ -1304,12 +1321,14 @@ pub(crate) fn backward_locks(problem: &Problem) -> u64 {
 }
 
 /// The first feature of `problem` that only the CPU path runs so far (the forward's and the
-/// backward's planners refuse it alike): score modifiers, a K/V cache. (Sliding windows run on
-/// the tensor-core kernels; the methods without them refuse windows themselves.)
-fn cpu_only_feature(problem: &Problem) -> Option<Reason> {
+/// backward's planners refuse it alike): score modifiers, a paged K/V cache, and for the
+/// backward (`forward` false) per-entry cache lengths. (Sliding windows run on the tensor-core
+/// kernels and cache lengths on the forward's tensor-core and general kernels; the other
+/// methods refuse those themselves.)
+fn cpu_only_feature(problem: &Problem, forward: bool) -> Option<Reason> {
     if problem.has_score_mod() {
         Some(Reason::ScoreMod)
-    } else if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
+    } else if problem.block_table().is_some() || (!forward && problem.cache_seqlens().is_some()) {
         Some(Reason::KvCache)
     } else {
         None

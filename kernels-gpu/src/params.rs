@@ -97,6 +97,10 @@ pub struct AttnParams {
     pub partial_lse: u64,
     /// Rows of one split's partial results (the log-sum-exp output's length).
     pub partial_rows: u64,
+    /// A K/V cache (FlashAttention's `cache_seqlens`, its `seqused_k`): in a fixed-length batch,
+    /// sequence `z` uses only the first `seqused_k[z]` (u32) of its `seqlen_k` keys; 0 when every
+    /// sequence uses all of them. Keys past a sequence's length are never read.
+    pub seqused_k: u64,
 }
 
 /// Parameters of the backward kernels (preprocessing, main, dQ conversion). `attn` is the

@@ -552,11 +552,27 @@ fn score_modifiers_are_refused_on_the_gpu_and_validated() {
         let r = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts);
         assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");
     }
-    // A K/V cache's per-entry lengths: refused too.
+    // A K/V cache's per-entry lengths: the tensor-core kernel's decode instances read them (Auto
+    // takes them for a decode step), the general kernel too (Auto takes it for a 64-token chunk,
+    // which the tensor-core kernel refuses); the Hopper kernel, standard attention and the
+    // backward refuse them.
     let lb = Layout::bshd(2, 64, 2, 64);
+    let q1 = Layout::bshd(2, 1, 2, 64);
     let cache = AttentionOptions { cache_seqlens: Some(vec![3, 64]), ..Default::default() };
-    let r = plan(&h200, DType::BF16, &problem(lb, lb, &cache), &cache);
+    let p = plan(&h200, DType::BF16, &problem(q1, lb, &cache), &cache).unwrap();
+    assert!(p.method == Method::FlashTensorCore && p.kernel().contains("_m16_"), "{p}");
+    let p = plan(&h200, DType::BF16, &problem(lb, lb, &cache), &cache).unwrap();
+    assert_eq!(p.method, Method::Flash, "{p}");
+    assert_eq!(p.not_taken[1].reason, Reason::KvCache, "{p}");
+    let o = AttentionOptions { method: Method::FlashTensorCore, ..cache.clone() };
+    let r = plan(&h200, DType::BF16, &problem(lb, lb, &o), &o);
     assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
+    let o = AttentionOptions { method: Method::Standard, ..cache.clone() };
+    let r = plan(&h200, DType::BF16, &problem(lb, lb, &o), &o);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
+    let o = AttentionOptions { method: Method::FlashHopper, ..cache.clone() };
+    let r = plan(&h200, DType::BF16, &problem(lb, lb, &o), &o);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::NotOnHopper { .. }, .. })), "{r:?}");
     let lay = [("d_o", &lb), ("dq", &lb), ("dk", &lb), ("dv", &lb)];
     let r = plan_backward(&h200, DType::BF16, &problem(lb, lb, &cache), &cache, lay);
     assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");

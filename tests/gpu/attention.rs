@@ -39,6 +39,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::split_kv_without_lse", split_kv_without_lse),
     ("attention::sliding_windows_f16", sliding_windows::<f16>),
     ("attention::sliding_windows_bf16", sliding_windows::<bf16>),
+    ("attention::kv_cache_f16", kv_cache::<f16>),
+    ("attention::kv_cache_bf16", kv_cache::<bf16>),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -686,6 +688,64 @@ fn split_kv_without_lse(dev: &Device) -> Result<(), String> {
             return Err(format!("outputs differ with and without the log-sum-exp\n{case}"));
         }
         check(&case, &without, None).map_err(|e| format!("without the log-sum-exp:\n{e}"))?;
+    }
+    Ok(())
+}
+
+/// A K/V cache (`cache_seqlens`) under `Auto`, against the oracle: entries of every length from 0
+/// to the cache's capacity (a capacity that is not a multiple of the key tiles), decode with GQA
+/// packing and split-KV (the planner's splits and overrides), a 7-token chunk with the causal
+/// mask aligned to the end of each entry's keys — all on the tensor-core kernel's decode
+/// instances — and 130-token chunks and an odd head dim, which go to the general kernel (the
+/// only other GPU kernel that reads the lengths). The cache's slots past each entry's length hold
+/// NaN: a kernel that read one would show it in the output.
+fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bshd};
+    let mut specs = Vec::new();
+    for d in [64, 128, 256, 40, 96, 59] {
+        let layout = if d % 64 == 0 { Bshd } else { Aligned };
+        let (cap, lens) = (1000, vec![0, 1, 63, 64, 65, 700, 1000]);
+        for (nq, causal, heads, kv_heads, splits) in [
+            (1, false, 8, 2, None),
+            (1, true, 8, 8, Some(5)),
+            (1, false, 4, 1, Some(1)),
+            (7, true, 4, 2, None),
+            (130, true, 2, 2, None),
+            (130, false, 2, 1, None),
+        ] {
+            let mut s = spec(batch(lens.len(), nq, cap), heads, kv_heads, d, causal, layout);
+            s.cache_seqlens = Some(lens.clone());
+            s.splits = if d % 8 == 0 && nq <= 7 { splits } else { None };
+            specs.push(s);
+        }
+    }
+    if small() {
+        specs.retain(|s| {
+            s.head_dim <= 128 && matches!(s.sequences, Sequences::Batch { seqlen_q, .. } if seqlen_q <= 7)
+        });
+    }
+    for s in &specs {
+        let mut case = Case::<T>::random(&mut case_rng(), s);
+        let p = case.problem.clone();
+        let lens = s.cache_seqlens.clone().unwrap_or_default();
+        for (b, &len) in lens.iter().enumerate() {
+            for t in len as usize..p.k().seqlen {
+                for h in 0..p.k().heads {
+                    let (ko, vo) = (p.k().offset(b, t, h), p.v().offset(b, t, h));
+                    case.k[ko..ko + s.head_dim].fill(T::from_f32(f32::NAN));
+                    case.v[vo..vo + s.head_dim].fill(T::from_f32(f32::NAN));
+                }
+            }
+        }
+        let plan = dev.plan::<T>(&case.problem, &case.opts).map_err(e2s)?;
+        let decode = s.head_dim % 8 == 0 && p.q().seqlen <= 7;
+        let want = if decode { Method::FlashTensorCore } else { Method::Flash };
+        if plan.method != want {
+            return Err(format!("a K/V cache case planned as {plan}, not on {want}:\n{case}"));
+        }
+        if !run_and_check(dev, &case, Method::Auto)? {
+            return Err(format!("Auto refused a K/V cache case:\n{case}"));
+        }
     }
     Ok(())
 }

@@ -96,7 +96,9 @@ unsafe fn flash_fwd_mma<
     // Causal: the last query tiles see the most keys; start them first.
     let m_block = if causal { grid_dim_x() / splits - 1 - tile_x } else { tile_x };
     // SAFETY: offsets are valid for every z of the grid (host).
-    let seq = unsafe { SeqView::of(p, z) };
+    // Only the decode instances (one warp) read a K/V cache's lengths (`SeqView::of_cached`: the
+    // host sends caches to no other instance).
+    let seq = unsafe { if W == 1 { SeqView::of_cached(p, z) } else { SeqView::of(p, z) } };
     let m0 = m_block * BM as u32;
     if m0 >= seq.len_q {
         return;

@@ -80,7 +80,7 @@ pub unsafe fn flash_fwd_simt<E: Storage, const D: usize, const DQ: usize>(p: &At
     let sub = tid % TPR;
     let (h, z) = (block_y(), block_z());
     // SAFETY: offsets are valid for every z of the grid (host).
-    let seq = unsafe { SeqView::of(p, z) };
+    let seq = unsafe { SeqView::of_cached(p, z) };
     let m0 = block_x() * block_m;
     if m0 >= seq.len_q {
         return; // the whole block: this sequence is shorter than the longest one

@@ -23,6 +23,7 @@ impl SeqView {
     ///
     /// # Safety
     /// With `p.cu_seqlens_q != 0`, both offset arrays must hold `z + 2` valid entries.
+    /// `p.seqused_k` is not read: kernels that take K/V caches use [`SeqView::of_cached`].
     #[inline(always)]
     pub unsafe fn of(p: &AttnParams, z: u32) -> SeqView {
         if p.cu_seqlens_q == 0 {
@@ -35,6 +36,26 @@ impl SeqView {
         let (q0, q1) = (at(p.cu_seqlens_q, z), at(p.cu_seqlens_q, z + 1));
         let (k0, k1) = (at(p.cu_seqlens_k, z), at(p.cu_seqlens_k, z + 1));
         SeqView { batch: 0, q_start: q0 as u64, k_start: k0 as u64, len_q: q1 - q0, len_k: k1 - k0 }
+    }
+
+    /// [`SeqView::of`], and with `p.seqused_k != 0` (a K/V cache in a fixed-length batch) the
+    /// sequence's key count read from there. A separate function because the loaded length
+    /// stays in a register for the kernel's whole life (`p.seqlen_k` is re-read from the
+    /// parameters instead): the tensor-core kernel's 128-row instances have no register to spare
+    /// (ptxas spilled at d = 96), so only its decode instances and the general kernel read it.
+    ///
+    /// # Safety
+    /// As [`SeqView::of`], and with `p.seqused_k != 0` it must hold `z + 1` lengths, each at
+    /// most `p.seqlen_k`.
+    #[inline(always)]
+    pub unsafe fn of_cached(p: &AttnParams, z: u32) -> SeqView {
+        // SAFETY: caller's contract.
+        let mut seq = unsafe { SeqView::of(p, z) };
+        if p.cu_seqlens_q == 0 && p.seqused_k != 0 {
+            // SAFETY: caller's contract.
+            seq.len_k = unsafe { load_u32(p.seqused_k + 4 * z as u64) };
+        }
+        seq
     }
 
     /// Element offset of `(token t of this sequence, head h)` in a tensor with `strides`
