@@ -1,8 +1,14 @@
-"""Overhead of the Python call: flashattn.flash_attn_func on CUDA tensors, timed with CUDA events
-(GPU time per call, back to back) and with the host clock (wall time per call, synchronised at
-the end), for a headline shape and a decode-sized shape. Compare the GPU times with the Rust
-bench's medians of the same shapes (flashattn-bench, same machine) to see what the Python layer
-adds. Prints one JSON line per shape."""
+"""Overhead of the Python call: flashattn.flash_attn_func on CUDA tensors, for headline and
+decode-sized shapes. Per shape, in one process:
+
+  stream ms   time per call from CUDA events around back-to-back calls (what a caller's stream sees)
+  busy ms     the GPU's own time per call in that same window (kernels, copies, sets; CUDA profiler)
+  layer       stream / busy - 1: what the host (Python wrapper, FFI, checks, planning, allocation,
+              launch gaps) adds that the GPU does not hide
+  wall ms     host time per call, back to back, synchronised at the end
+  single ms   one call from the host clock to its completion (call + synchronize), median
+
+Prints one JSON line per shape. `ratios.py` uses `stream_and_busy_ms` for its criterion."""
 
 import json
 import statistics
@@ -10,42 +16,69 @@ import time
 
 import torch
 
-from flashattn import flash_attn_func
 
+def stream_and_busy_ms(calls, n):
+    """One window of `n` back-to-back calls in rotation: (stream time per call from CUDA events
+    around the window, GPU busy time per call from the CUDA profiler (CUPTI) for the same calls,
+    or None when the profiler records no GPU activity)."""
+    from torch.profiler import ProfilerActivity, profile
 
-def measure(b, nq, nk, h, hkv, d, causal, reps=50):
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    q = torch.randn(b, nq, h, d, device=dev, dtype=torch.bfloat16)
-    k = torch.randn(b, nk, hkv, d, device=dev, dtype=torch.bfloat16)
-    v = torch.randn(b, nk, hkv, d, device=dev, dtype=torch.bfloat16)
-    for _ in range(10):
-        flash_attn_func(q, k, v, causal=causal)
+    for c in calls:  # warm: nothing first-time (module load, allocator growth) in the window
+        c()
     torch.cuda.synchronize()
-    gpu = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         s.record()
-        flash_attn_func(q, k, v, causal=causal)
+        for i in range(n):
+            calls[i % len(calls)]()
         e.record()
         torch.cuda.synchronize()
-        gpu.append(s.elapsed_time(e))
+    us = 0.0
+    found = 0
+    for ev in prof.events():
+        if str(getattr(ev, "device_type", "")).endswith("CUDA"):
+            us += ev.time_range.elapsed_us()
+            found += 1
+    return s.elapsed_time(e) / n, (us / n / 1e3 if found else None)
+
+
+def measure(b, nq, nk, h, hkv, d, causal, reps=200):
+    from flashattn import flash_attn_func
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    sets = [tuple(torch.randn(b, n, hh, d, device=dev, dtype=torch.bfloat16) for n, hh in ((nq, h), (nk, hkv), (nk, hkv)))
+            for _ in range(3)]
+    calls = [lambda s=s: flash_attn_func(*s, causal=causal) for s in sets]
+    for _ in range(10):
+        for c in calls:
+            c()
     torch.cuda.synchronize()
+    stream, busy = stream_and_busy_ms(calls, reps)
     t0 = time.perf_counter()
-    for _ in range(reps):
-        flash_attn_func(q, k, v, causal=causal)
+    for i in range(reps):
+        calls[i % 3]()
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / reps * 1e3
+    single = []
+    for i in range(min(reps, 50)):
+        t = time.perf_counter()
+        calls[i % 3]()
+        torch.cuda.synchronize()
+        single.append((time.perf_counter() - t) * 1e3)
     return {
         "shape": f"B{b}/H{h}:{hkv}/N{nq}x{nk}/d{d}/{'causal' if causal else 'none'}",
-        "gpu_ms_median": statistics.median(gpu),
-        "gpu_ms_p10": sorted(gpu)[reps // 10],
-        "gpu_ms_p90": sorted(gpu)[reps * 9 // 10],
+        "stream_ms_per_call": stream,
+        "gpu_busy_ms_per_call": busy,
+        "layer": None if busy is None else stream / busy - 1,
         "wall_ms_per_call": wall,
+        "single_call_ms_median": statistics.median(single),
     }
 
 
+SHAPES = [(4, 4096, 4096, 16, 16, 128, False), (4, 4096, 4096, 16, 16, 128, True),
+          (1, 1, 1024, 32, 8, 128, True), (1, 1, 16384, 32, 8, 128, True), (16, 1, 16384, 32, 8, 128, True)]
+
 if __name__ == "__main__":
-    for args in [(4, 4096, 4096, 16, 16, 128, False), (4, 4096, 4096, 16, 16, 128, True),
-                 (1, 1, 1024, 32, 8, 128, True), (16, 1, 16384, 32, 8, 128, True)]:
+    for args in SHAPES:
         print(json.dumps(measure(*args)), flush=True)

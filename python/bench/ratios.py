@@ -12,10 +12,19 @@ peers:
   rust / peers.jsonl   ours (Rust bench) over the peer as the bench's run measured it
   python / here        ours (Python call) over the same peer measured here, side by side
 
-and `change` = (python ratio) / (rust ratio) - 1 (peer noise between the two runs included). The
-criterion: every ratio computed from the Python call's time instead of the Rust bench's, against
-the same peer time and with the same timer, moves by at most 2%: |rust ms / python ms - 1| <= 2%
-in every row, python ms timed as the bench times (the exit status says whether it held). One JSON line per shape goes to --out when given.
+and `change` = (python ratio) / (rust ratio) - 1, with |rust ms / python ms - 1| printed as
+information: the Rust bench ran in another process, and our Hopper kernel's time at one shape
+moves between runs by up to 9% (session 5: 3.748 and 4.084 ms at d = 128, N = 16384, two Rust
+runs of one binary), so that comparison mixes the kernel's drift into the Python layer's cost.
+
+The criterion therefore measures in one process, on the same calls: `busy` is the GPU's own time
+per call (kernels, copies and sets, from the CUDA profiler, CUPTI) and `layer` = (time per call
+from CUDA events around the same back-to-back calls, in the same window) / busy - 1: how much
+longer the stream takes per call than the GPU works for it, i.e. everything the host adds (Python
+wrapper, FFI, planning, allocation, launch gaps) that the GPU does not hide. A ratio against a
+peer computed from the Python call's time differs from one computed from the bare kernels' time
+by `layer`; the criterion is layer <= --limit (2%) in every row (the exit status says whether it
+held). One JSON line per shape goes to --out when given.
 
 Usage (on the GPU machine, after `run.sh bench run --preset headline --methods auto --peers --out D`):
   run.sh python-ratios --bench D/bench.jsonl [--out ratios.jsonl]
@@ -61,6 +70,7 @@ def main():
     from triton.testing import do_bench
 
     from flashattn import flash_attn_func
+    from overhead import SHAPES, measure, stream_and_busy_ms  # beside this file
 
     ours = [r for r in rows(args.bench)
             if r.get("method") == args.method and r.get("pass", "fwd") == "fwd" and r.get("status") == "ok"]
@@ -106,9 +116,10 @@ def main():
         return statistics.median(s.elapsed_time(e) / batch for s, e in events)
 
     out = open(args.out, "w") if args.out else None
+    worst_layer = 0.0
     worst = 0.0
-    print(f"{'shape':42s} {'rust ms':>9s} {'py ms':>9s} {'py/rust':>8s} {'py do_bench':>11s} "
-          "| peer: rust ratio, python (do_bench) ratio, change")
+    print(f"{'shape':42s} {'rust ms':>9s} {'py ms':>9s} {'py/rust':>8s} {'busy ms':>9s} {'layer':>7s} "
+          f"{'py do_bench':>11s} | peer: rust ratio, python (do_bench) ratio, change")
     for r in ours:
         if r["dtype"] not in dtypes or r["seqlen_q"] != r["seqlen_k"] and r["mask"] == "causal":
             continue
@@ -124,12 +135,19 @@ def main():
         gqa = {"enable_gqa": True} if KV != H else {}
         calls = [lambda s=s: flash_attn_func(*s, causal=causal) for s in sets]
         bench_ms = timed_like_the_bench(calls)
+        window_ms, busy_ms = stream_and_busy_ms(calls, max(30, min(300, int(args.rep_ms / bench_ms))))
         py_ms = timed(lambda: flash_attn_func(q, k, v, causal=causal))
         rust_ms = r["timing"]["median_ms"]
-        rec = {"key": r["key"], "rust_ms": rust_ms, "python_ms": bench_ms, "python_do_bench_ms": py_ms,
+        layer = None if busy_ms is None else window_ms / busy_ms - 1
+        rec = {"key": r["key"], "rust_ms": rust_ms, "python_ms": bench_ms, "python_window_ms": window_ms,
+               "gpu_busy_ms": busy_ms, "layer": layer, "python_do_bench_ms": py_ms,
                "python_over_rust": bench_ms / rust_ms}
         worst = max(worst, abs(rust_ms / bench_ms - 1))
-        line = f"{r['key']:42s} {rust_ms:9.4f} {bench_ms:9.4f} {bench_ms / rust_ms:8.3f} {py_ms:11.4f} |"
+        worst_layer = float("inf") if layer is None else max(worst_layer, layer)
+        busy_txt = "-" if busy_ms is None else f"{busy_ms:9.4f}"
+        layer_txt = "-" if layer is None else f"{layer:+7.1%}"
+        line = (f"{r['key']:42s} {rust_ms:9.4f} {bench_ms:9.4f} {bench_ms / rust_ms:8.3f} {busy_txt:>9s} "
+                f"{layer_txt:>7s} {py_ms:11.4f} |")
         for name, backend in (("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 with sdpa_kernel([backend]):
@@ -152,9 +170,18 @@ def main():
             out.write(json.dumps(rec) + "\n")
             out.flush()
         del sets, q, k, v, qt, kt, vt, calls
-    print(f"largest change of a ratio from the Python call's time (|rust ms / python ms - 1|): {worst:.1%} "
+    print(f"across processes (information; the kernel's own drift included): largest |rust ms / python ms - 1| "
+          f"= {worst:.1%}")
+    print(f"same process: largest python call over the GPU's busy time (layer) = {worst_layer:+.1%} "
           f"(limit {args.limit:.0%})")
-    return 0 if worst <= args.limit else 1
+    print("decode-sized and headline-sized calls (overhead.py): stream ms per call, GPU busy ms, layer, "
+          "host wall ms per call, single call ms")
+    for shape in SHAPES:
+        m = measure(*shape)
+        print(json.dumps(m), flush=True)
+        if out:
+            out.write(json.dumps({"overhead": m}) + "\n")
+    return 0 if worst_layer <= args.limit else 1
 
 
 if __name__ == "__main__":
