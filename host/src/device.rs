@@ -85,6 +85,8 @@ pub struct Device {
     /// Split-KV's partial results, kept between calls (up to [`SPLIT_SCRATCH_KEEP`] bytes), so
     /// that a decode step allocates and frees nothing; locked while a call enqueues its kernels.
     split_scratch: Mutex<Option<DeviceBuffer<u8>>>,
+    /// The Hopper kernel's recurring TMA tensor-map sets, kept on the device.
+    pub(crate) tensor_maps: Mutex<crate::hopper::TensorMapCache>,
     module: OnceLock<Module>,
     target: Target,
     stream: Arc<CudaStream>,
@@ -107,6 +109,37 @@ pub const SPLIT_SCRATCH_KEEP: u64 = 64 << 20;
 /// The smallest split-KV scratch a [`Device`] allocates to keep (bytes), so that small growth
 /// does not reallocate.
 const SPLIT_SCRATCH_MIN: u64 = 1 << 20;
+
+/// Freed device memory the device's default memory pool keeps for reuse when a stream is
+/// synchronised (bytes): the library's per-call scratch (split-KV partials on a caller's stream,
+/// a Hopper call's tensor maps) then reuses it instead of mapping fresh memory after every
+/// synchronisation, which the driver's default of 0 makes it do.
+pub const POOL_RELEASE_THRESHOLD: u64 = 256 << 20;
+
+/// Raises the release threshold of `ctx`'s device's default memory pool (the pool
+/// `cuMemAllocAsync` draws from) to [`POOL_RELEASE_THRESHOLD`], never lowering what the process
+/// set before.
+fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
+    let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut now: u64 = 0;
+    // SAFETY: valid out-pointers; the attribute is a u64 (cuuint64_t), read then written.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+            .result()
+            .context("reading the device's default memory pool")?;
+        sys::cuMemPoolGetAttribute(pool, attr, (&mut now as *mut u64).cast())
+            .result()
+            .context("reading the memory pool's release threshold")?;
+        if now < POOL_RELEASE_THRESHOLD {
+            let mut value = POOL_RELEASE_THRESHOLD;
+            sys::cuMemPoolSetAttribute(pool, attr, (&mut value as *mut u64).cast())
+                .result()
+                .context("raising the memory pool's release threshold")?;
+        }
+    }
+    Ok(())
+}
 
 /// Whether the CUDA driver library is there: cudarc loads it on first use and panics if it
 /// cannot, so this probes first.
@@ -194,10 +227,14 @@ impl Device {
             ptx_target: target.name(),
         };
         let stream = ctx.new_stream().context("creating a stream")?;
+        if ctx.has_async_alloc() {
+            keep_freed_memory(&ctx)?;
+        }
         let raised_shared = flashattn_kernels::registry::KERNELS.iter().map(|_| AtomicU32::new(0)).collect();
         Ok(Device {
             blas: OnceLock::new(),
             split_scratch: Mutex::new(None),
+            tensor_maps: Mutex::new(crate::hopper::TensorMapCache::new()),
             module: OnceLock::new(),
             target,
             stream,
@@ -261,6 +298,15 @@ impl Device {
     /// calls; the safe methods do it themselves).
     pub(crate) fn bind(&self) -> Result<()> {
         self.ctx.bind_to_thread().context("binding the CUDA context to this thread")
+    }
+
+    /// Waits for all work queued in this device's context, on every stream (a caller's too).
+    pub(crate) fn synchronize_context(&self) -> Result<()> {
+        self.bind()?;
+        self.ctx.synchronize().map_err(|source| Error::Driver {
+            context: "waiting for all queued GPU work of the context (a kernel may have failed)",
+            source,
+        })
     }
 
     /// Free and total device memory, in bytes.

@@ -490,13 +490,14 @@ fn auto_plan(dev: &Device) -> Result<(), String> {
         };
         Ok(plan.map_err(e2s)?.method)
     };
-    // On sm_90 the Hopper kernel takes 32 < d ≤ 128 (rule 1); elsewhere the mma.sync kernel.
+    // On sm_90 the Hopper kernel takes 32 < d ≤ 256 (rule 1); elsewhere the mma.sync kernel.
     let hopper =
         if dev.props().compute_capability == (9, 0) { Method::FlashHopper } else { Method::FlashTensorCore };
     for (dtype, d, expect) in [
         (DType::BF16, 128, hopper),
         (DType::F16, 64, hopper),
-        (DType::BF16, 256, Method::FlashTensorCore),
+        (DType::BF16, 256, hopper),
+        (DType::BF16, 192, hopper),
         (DType::BF16, 96, hopper),
         (DType::F16, 40, hopper),
         (DType::F16, 32, Method::FlashTensorCore),
