@@ -2,7 +2,8 @@
 decode-sized shapes. Per shape, in one process:
 
   stream ms   time per call from CUDA events around back-to-back calls (what a caller's stream sees)
-  busy ms     the GPU's own time per call in that same window (kernels, copies, sets; CUDA profiler)
+  busy ms     the GPU's own time per call in that same window (kernels, copies, sets; CUDA profiler;
+              overlapping activities counted once)
   layer       stream / busy - 1: what the host (Python wrapper, FFI, checks, planning, allocation,
               launch gaps) adds that the GPU does not hide
   wall ms     host time per call, back to back, synchronised at the end
@@ -33,13 +34,21 @@ def stream_and_busy_ms(calls, n):
             calls[i % len(calls)]()
         e.record()
         torch.cuda.synchronize()
-    us = 0.0
-    found = 0
-    for ev in prof.events():
-        if str(getattr(ev, "device_type", "")).endswith("CUDA"):
-            us += ev.time_range.elapsed_us()
-            found += 1
-    return s.elapsed_time(e) / n, (us / n / 1e3 if found else None)
+    # The union of the GPU activities' intervals: a dependent launch (the split-KV combine on
+    # sm_90) starts before the kernel it depends on ends, so a plain sum would count that twice.
+    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                   if str(getattr(ev, "device_type", "")).endswith("CUDA"))
+    if not spans:
+        return s.elapsed_time(e) / n, None
+    us, (lo, hi) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi:
+            us += hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    us += hi - lo
+    return s.elapsed_time(e) / n, us / n / 1e3
 
 
 def measure(b, nq, nk, h, hkv, d, causal, reps=200):
