@@ -72,13 +72,6 @@ pub(crate) fn tma_strides(l: &Layout, elem_bytes: u64) -> Option<[u64; 3]> {
     Some(out)
 }
 
-/// The Hopper kernel's tiles: `(query tiles per (sequence, head), all tiles)`, which its
-/// persistent grid walks (`flash_wgmma.rs`, `tile_of`).
-pub(crate) fn persistent_tiles(problem: &Problem, block_m: u32) -> (u32, u64) {
-    let m_tiles = problem.max_lens().0.div_ceil(block_m as usize) as u64;
-    (m_tiles as u32, m_tiles * problem.q().heads as u64 * problem.batch() as u64)
-}
-
 /// Encodes one tensor map: `layout` at `address`, boxes of 64 columns × `rows`.
 fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys::CUtensorMap> {
     let data_type = match dtype {
@@ -155,8 +148,6 @@ impl Device {
             maps,
             merge: io.partial.is_some_and(|p| p.merge) as u32,
             final_rows: io.partial.map_or(0, |p| p.final_rows),
-            m_tiles: persistent_tiles(problem, config.block_m).0,
-            batch: problem.batch() as u32,
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

@@ -974,24 +974,9 @@ fn plan_wgmma(
     let tiles = (config.block_m, config.block_n);
     let mut plan =
         flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes(), 1)?;
-    // The blocks number the tiles in one grid dimension: with a persistent instance one block
-    // per SM (the kernel's shared memory allows no more) walks them, else one block per tile.
-    let (_, tile_count) = crate::hopper::persistent_tiles(problem, config.block_m);
-    if tile_count > u32::MAX as u64 / 2 {
-        return no("more than 2³¹ query tiles (the kernel numbers them in 32 bits)");
-    }
-    let blocks = if config.persistent() { tile_count.min(props.sm_count as u64) } else { tile_count };
-    if let Some(main) = plan.launches.first_mut() {
-        main.grid = ((blocks as u32).max(1), 1, 1);
-    }
-    let walk = if config.persistent() {
-        format!("a persistent grid of {blocks} blocks walks the {tile_count} tiles")
-    } else {
-        format!("one block for each of the {tile_count} tiles")
-    };
     plan.why.push(format!(
         "Hopper kernel: TMA loads {}×{} tiles (128-byte swizzled panels) through {} stages, two warpgroups \
-         compute with wgmma; {walk}",
+         compute with wgmma",
         config.block_m, config.block_n, config.stages
     ));
     Ok(plan)

@@ -498,24 +498,17 @@ impl WgmmaConfig {
     }
 
     /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
-    /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: a full and
-    /// an empty barrier for Q and per K and V stage).
+    /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
+    /// full and an empty barrier per K and V stage).
     pub const fn shared_bytes(&self) -> u32 {
         1024 + self.tile_bytes(self.block_m)
             + 2 * self.stages * self.tile_bytes(self.block_n)
             + self.barrier_bytes()
     }
 
-    /// Bytes of the barriers: Q full and Q empty, and per stage K full, V full, K empty, V empty.
+    /// Bytes of the barriers.
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (2 + 4 * self.stages)
-    }
-
-    /// Whether the kernel's blocks walk several tiles each (a persistent grid of one block per
-    /// SM) or take one tile each. Head dims above 128 take one: their output accumulators leave
-    /// no registers for the walk's state (ptxas spilled 8–140 bytes at d = 192 and 256).
-    pub const fn persistent(&self) -> bool {
-        self.head_dim <= 128
+        8 * (1 + 4 * self.stages)
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).

@@ -164,11 +164,6 @@ pub struct WgmmaParams {
     /// contribution): the merged rows go to `attn.o` and `attn.lse` in the storage type, the
     /// others back to the partial rows in f32.
     pub final_rows: u32,
-    /// Query tiles per (sequence, head): the persistent grid's tiles are `m_tiles · heads_q ·
-    /// batch`, numbered query tile fastest (the order of a grid of one block per tile).
-    pub m_tiles: u32,
-    /// Sequences.
-    pub batch: u32,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

@@ -338,14 +338,10 @@ fn split_kv_is_chosen_by_occupancy_and_can_be_overridden() {
         let o = AttentionOptions { splits: Some(splits), ..Default::default() };
         let p = plan(&h200, DType::BF16, &problem(l, l, &o), &o).unwrap();
         assert_eq!(p.splits, splits);
-        let m_tiles = 4096u32.div_ceil(p.tiles.unwrap().0 as u32);
-        let x = if p.method == Method::FlashHopper {
-            // Without a split the Hopper kernel takes it: a persistent grid over 4 × 16 heads.
-            (m_tiles * 16 * 4).min(132)
-        } else {
-            m_tiles * splits as u32
-        };
-        assert_eq!(p.main_launch().unwrap().grid.0, x, "{p}");
+        assert_eq!(
+            p.main_launch().unwrap().grid.0,
+            4096u32.div_ceil(p.tiles.unwrap().0 as u32) * splits as u32
+        );
         assert_eq!(p.launches.len(), if splits > 1 { 2 } else { 1 });
     }
     for splits in [0, 129] {
@@ -611,10 +607,7 @@ fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
             assert_eq!(p.method, Method::FlashHopper);
             let c = WGMMA_CONFIGS.iter().find(|c| c.runs(d as u32)).unwrap();
             assert!(p.kernel().starts_with("flash_fwd_wgmma_bf16_d"), "{p}");
-            // A persistent grid (one block per tile up to one per SM), or one block per tile.
-            let tiles = 1000u32.div_ceil(c.block_m) * 4 * 2;
-            let blocks = if c.persistent() { tiles.min(132) } else { tiles };
-            assert_eq!(p.main_launch().unwrap().grid, (blocks, 1, 1));
+            assert_eq!(p.main_launch().unwrap().grid, (1000u32.div_ceil(c.block_m), 4, 2));
             assert_eq!(p.main_launch().unwrap().threads, 384);
             assert_eq!(p.launches.len(), 1, "no split-KV, no combine: {p}");
         }

@@ -20,11 +20,7 @@
 //! written back there, or, at the row's last contribution, to O and the log-sum-exp
 //! ([`WgmmaParams::merge`], [`WgmmaParams::final_rows`]): no combine kernel, one f32 slot.
 //!
-//! The grid is persistent for head dims up to 128 (`WgmmaConfig::persistent`): one block per SM
-//! walks the (query tile, head, sequence) tiles ([`tile_of`]), and its producer loads the next
-//! tile's Q (once both consumers released it: a *Q empty* barrier) and K/V (the ring's stages
-//! carry over) while the consumers finish the current tile; larger head dims take one tile per
-//! block. Causal walks take each head's longest rows first. TMA zero-fills rows past the end of the sequence
+//! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
 //! partial tiles and padded head dims need no predication on the loads.
 
@@ -33,8 +29,8 @@ use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{
-    block_dim_x, block_x, claim_registers, grid_dim_x, named_arrive, named_sync, release_registers,
-    sync_threads, thread_x,
+    block_dim_x, block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync,
+    release_registers, sync_threads, thread_x,
 };
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
@@ -69,30 +65,26 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     fn v(base: u32, s: u32) -> u32 {
         base + Self::V + s * (2 * BN * D) as u32
     }
-    /// Barriers: Q full, Q empty; then per stage K full, V full, K empty, V empty.
+    /// Barriers: Q full; then per stage K full, V full, K empty, V empty.
     #[inline(always)]
     fn q_full(base: u32) -> u32 {
         base + Self::BARS
     }
     #[inline(always)]
-    fn q_empty(base: u32) -> u32 {
-        base + Self::BARS + 8
-    }
-    #[inline(always)]
     fn k_full(base: u32, s: u32) -> u32 {
-        base + Self::BARS + 8 * (2 + s)
+        base + Self::BARS + 8 * (1 + s)
     }
     #[inline(always)]
     fn v_full(base: u32, s: u32) -> u32 {
-        base + Self::BARS + 8 * (2 + NS as u32 + s)
+        base + Self::BARS + 8 * (1 + NS as u32 + s)
     }
     #[inline(always)]
     fn k_empty(base: u32, s: u32) -> u32 {
-        base + Self::BARS + 8 * (2 + 2 * NS as u32 + s)
+        base + Self::BARS + 8 * (1 + 2 * NS as u32 + s)
     }
     #[inline(always)]
     fn v_empty(base: u32, s: u32) -> u32 {
-        base + Self::BARS + 8 * (2 + 3 * NS as u32 + s)
+        base + Self::BARS + 8 * (1 + 3 * NS as u32 + s)
     }
 }
 
@@ -112,23 +104,10 @@ fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32,
     (0, n_end.div_ceil(bn))
 }
 
-/// Tile `t` of the persistent grid: (query tile, query head, sequence), numbered query tile
-/// fastest as a grid of one block per tile would run them; causal grids take each head's
-/// longest rows (its last query tile) first.
-#[inline(always)]
-fn tile_of(p: &WgmmaParams, t: u32) -> (u32, u32, u32) {
-    let m_tiles = p.m_tiles.max(1);
-    let (m, rest) = (t % m_tiles, t / m_tiles);
-    let heads = p.attn.heads_q.max(1);
-    let m_block = if p.attn.causal != 0 { m_tiles - 1 - m } else { m };
-    (m_block, rest % heads, rest / heads)
-}
-
 /// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
 /// consumer warpgroup), `BN` keys per tile (128, or 64 where the output's `D / 2` accumulators a
 /// thread leave no room for 128 keys' scores twice over), `NS` stages, `C = BM / 64` consumers,
-/// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments,
-/// `PERSISTENT` whether a block walks several tiles.
+/// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments.
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors, `p.maps` three tensor maps of them as
@@ -146,7 +125,6 @@ unsafe fn flash_fwd_wgmma<
     const DP: usize,
     const SN: usize,
     const PK: usize,
-    const PERSISTENT: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -167,23 +145,23 @@ unsafe fn flash_fwd_wgmma<
     }
     let a = &p.attn;
     let tid = thread_x();
+    let (h, z) = (block_y(), block_z());
     let causal = a.causal != 0;
+    let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
+    // SAFETY: offsets valid for every z of the grid (host).
+    let seq = unsafe { SeqView::of(a, z) };
+    let m0 = m_block * BM as u32;
+    if m0 >= seq.len_q {
+        return;
+    }
+    let kv_h = h / a.group.max(1);
     let base = S::<D, BM, BN, NS>::base();
-    // A persistent grid: block `b` takes tiles `b`, `b + grid`, … of `tile_count` ([`tile_of`]);
-    // producer and consumers walk the same sequence. The K/V ring's position and the Q buffer's
-    // phase carry over from one tile to the next, so the producer loads the next tile's Q (once
-    // the consumers release it) and K/V (as stages free up) while the consumers finish the
-    // current one.
-    let tile_count = p.m_tiles * a.heads_q * p.batch;
-    // Instances that take one tile a block (`PERSISTENT` false: `WgmmaConfig::persistent`)
-    // leave both walks after their first tile, so that the walk's state costs no registers.
-    let persistent = PERSISTENT;
+    let (j_begin, j_end) = key_tiles(p, &seq, m0, BM as u32, BN as u32);
 
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
         unsafe {
             tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
-            tma::init(S::<D, BM, BN, NS>::q_empty(base), C as u32);
             for s in 0..NS as u32 {
                 tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
                 tma::init(S::<D, BM, BN, NS>::v_full(base, s), 1);
@@ -203,75 +181,47 @@ unsafe fn flash_fwd_wgmma<
             return;
         }
         let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
+        let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
         let tile_bytes = |rows: usize| (2 * rows * D) as u32;
-        let (q_full, q_empty) = (S::<D, BM, BN, NS>::q_full(base), S::<D, BM, BN, NS>::q_empty(base));
-        // SAFETY: the maps are valid (host).
+        // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
+        // its tile; each barrier expects exactly the bytes of the loads completing on it.
         unsafe {
             tma::prefetch_map(q_map);
             tma::prefetch_map(k_map);
             tma::prefetch_map(v_map);
-        }
-        // K/V tiles loaded so far (the ring position), and Q tiles loaded so far.
-        let (mut ring, mut q_loads) = (0u32, 0u32);
-        let mut t = block_x();
-        while t < tile_count {
-            let (m_block, h, z) = tile_of(p, t);
-            t += grid_dim_x();
-            // SAFETY: offsets valid for every sequence of the launch (host).
-            let seq = unsafe { SeqView::of(a, z) };
-            let m0 = m_block * BM as u32;
-            if m0 >= seq.len_q {
-                continue;
+            let q_full = S::<D, BM, BN, NS>::q_full(base);
+            tma::arrive_expect_tx(q_full, tile_bytes(BM));
+            for panel in 0..DP {
+                let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
+                tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
             }
-            let kv_h = h / a.group.max(1);
-            let (j_begin, j_end) = key_tiles(p, &seq, m0, BM as u32, BN as u32);
-            let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
-            // SAFETY: every destination is a 1024-byte aligned panel of its tile; each barrier
-            // expects exactly the bytes of the loads completing on it; a buffer is written only
-            // after the consumers released its previous contents.
-            unsafe {
-                if q_loads > 0 {
-                    // Both consumer warpgroups are done with the previous tile's Q.
-                    tma::wait(q_empty, (q_loads - 1) & 1);
-                }
-                tma::arrive_expect_tx(q_full, tile_bytes(BM));
-                for panel in 0..DP {
-                    let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
-                    tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
-                }
-                for j in j_begin..j_end {
-                    let (s, round) = (ring % NS as u32, ring / NS as u32);
-                    let row = k_row + (j * BN as u32) as i32;
-                    for (map, full, empty, tile) in [
-                        (
-                            k_map,
-                            S::<D, BM, BN, NS>::k_full(base, s),
-                            S::<D, BM, BN, NS>::k_empty(base, s),
-                            S::<D, BM, BN, NS>::k(base, s),
-                        ),
-                        (
-                            v_map,
-                            S::<D, BM, BN, NS>::v_full(base, s),
-                            S::<D, BM, BN, NS>::v_empty(base, s),
-                            S::<D, BM, BN, NS>::v(base, s),
-                        ),
-                    ] {
-                        if round > 0 {
-                            // The consumers released this stage's previous tile.
-                            tma::wait(empty, (round - 1) & 1);
-                        }
-                        tma::arrive_expect_tx(full, tile_bytes(BN));
-                        for panel in 0..DP {
-                            let dst = tile + (panel * BN * 128) as u32;
-                            tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
-                        }
+            for (i, j) in (j_begin..j_end).enumerate() {
+                let (s, round) = ((i % NS) as u32, (i / NS) as u32);
+                let row = k_row + (j * BN as u32) as i32;
+                for (map, full, empty, tile) in [
+                    (
+                        k_map,
+                        S::<D, BM, BN, NS>::k_full(base, s),
+                        S::<D, BM, BN, NS>::k_empty(base, s),
+                        S::<D, BM, BN, NS>::k(base, s),
+                    ),
+                    (
+                        v_map,
+                        S::<D, BM, BN, NS>::v_full(base, s),
+                        S::<D, BM, BN, NS>::v_empty(base, s),
+                        S::<D, BM, BN, NS>::v(base, s),
+                    ),
+                ] {
+                    if round > 0 {
+                        // The consumers released this stage's previous tile.
+                        tma::wait(empty, (round - 1) & 1);
                     }
-                    ring += 1;
+                    tma::arrive_expect_tx(full, tile_bytes(BN));
+                    for panel in 0..DP {
+                        let dst = tile + (panel * BN * 128) as u32;
+                        tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
+                    }
                 }
-            }
-            q_loads += 1;
-            if !persistent {
-                break;
             }
         }
         return;
@@ -284,307 +234,280 @@ unsafe fn flash_fwd_wgmma<
     let warp_in_wg = (tid / 32) % 4;
     let (g, t4) = (lane / 4, lane % 4);
     let leader = tid % 128 == 0;
+    let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
     let max_fused = FUSED_LIMIT / a.scale_log2;
+    let mut o = [[0.0f32; 32]; DP];
+    let mut state = [OnlineSoftmax::new(); 2];
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
+    // SAFETY: the barrier is initialised; TMA completes it.
+    unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), 0) };
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
-    let d = a.head_dim;
-    // The K/V ring position of this tile's first key tile, and Q tiles consumed so far: the
-    // producer's counts, walked in the same order.
-    let (mut ring, mut q_loads) = (0usize, 0u32);
-    let mut t = block_x();
-    while t < tile_count {
-        let (m_block, h, z) = tile_of(p, t);
-        t += grid_dim_x();
-        // SAFETY: offsets valid for every sequence of the launch (host).
-        let seq = unsafe { SeqView::of(a, z) };
-        let m0 = m_block * BM as u32;
-        if m0 >= seq.len_q {
-            continue;
-        }
-        let (j_begin, j_end) = key_tiles(p, &seq, m0, BM as u32, BN as u32);
-        let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
-        let mut o = [[0.0f32; 32]; DP];
-        let mut state = [OnlineSoftmax::new(); 2];
-        // SAFETY: the barrier is initialised; TMA completes it once per tile.
-        unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), q_loads & 1) };
 
-        // S = Q·K_jᵀ for the key tile at ring position `ring + i`: waits for K, issues D/16 steps of k16
-        // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
-        // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
-        macro_rules! issue_scores {
-            ($sc:ident, $i:expr) => {{
-                let i: usize = ring + $i;
-                let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-                let k_tile = S::<D, BM, BN, NS>::k(base, s);
-                // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
-                unsafe {
-                    tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
-                    wgmma::fence();
-                    for kk in 0..D / 16 {
-                        let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                        let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                        let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                        E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
-                    }
-                    wgmma::commit();
-                }
-            }};
-        }
-        // Releases the K stage of ring position `ring + i` once this warpgroup's products have read it.
-        let release_k = |i: usize| {
-            if leader {
-                // SAFETY: an initialised barrier.
-                unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, ((ring + i) % NS) as u32)) };
-            }
-        };
-
-        // The mask and the online softmax of one tile's scores (in place: scores become
-        // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
-        // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
-        // so that the arrays stay in registers at both uses.
-        let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
-        macro_rules! softmax_tile {
-            ($sc:ident, $j:expr) => {{
-                let n0 = $j * BN as u32;
-                // Mask the tiles that cross the diagonal or the end of the keys.
-                if n0 + BN as u32 > free_end {
-                    for half in 0..2 {
-                        let row = row_base + 8 * half as u32;
-                        let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
-                        for nt in 0..BN / 8 {
-                            for e in 0..2 {
-                                if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
-                                    $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
-                                }
-                            }
-                        }
-                    }
-                }
-                let mut alphas = [1.0f32; 2];
-                for half in 0..2 {
-                    let mut m = f32::NEG_INFINITY;
-                    for nt in 0..BN / 8 {
-                        m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
-                    }
-                    alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
-                }
-                let largest = state[0].max.abs().max(state[1].max.abs());
-                let fused = shuffle::all(largest < max_fused);
-                if !fused {
-                    for (k, x) in $sc.iter_mut().enumerate() {
-                        let m = state[(k % 4) / 2].max;
-                        *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
-                    }
-                }
-                for half in 0..2 {
-                    let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
-                    let mut sum = 0.0;
-                    for nt in 0..BN / 8 {
-                        for e in 0..2 {
-                            let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
-                            $sc[4 * nt + 2 * half + e] = x;
-                            sum += x;
-                        }
-                    }
-                    state[half].add(sum);
-                }
-                alphas
-            }};
-        }
-        // P as `wgmma` A fragments (16 keys each: `PK = BN / 16` of them).
-        macro_rules! pack_p {
-            ($sc:ident) => {{
-                let mut pf = [[0u32; 4]; PK];
-                for (ks, pk) in pf.iter_mut().enumerate() {
-                    let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
-                    let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
-                    *pk = E::acc_to_a(&lo, &hi);
-                }
-                pf
-            }};
-        }
-
-        // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
-        // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
-        // cores. Registers written between a product's issue and its wait are never its
-        // accumulators or operands (else ptxas serialises every product): the output is rescaled
-        // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
-        let mut pf = [[0u32; 4]; PK];
-        let mut alphas = [1.0f32; 2];
-        if j_begin < j_end {
-            let mut sc = [0.0f32; SN];
-            issue_scores!(sc, 0);
-            wgmma::wait::<0>();
-            wgmma::settle(&mut sc);
-            release_k(0);
-            alphas = softmax_tile!(sc, j_begin);
-            pf = pack_p!(sc);
-        }
-        // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
-        // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
-        // the turn to the other, so that one warpgroup's softmax runs while the other's products
-        // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
-        let pingpong = C == 2 && j_begin < j_end;
-        let (my_turn, other_turn) = (1 + wg, 2 - wg);
-        if pingpong && wg == 1 {
-            named_arrive::<256>(other_turn);
-        }
-        for (i, j) in (j_begin..j_end).enumerate() {
-            let (s, parity) = (((ring + i) % NS) as u32, (((ring + i) / NS) & 1) as u32);
-            let v_tile = S::<D, BM, BN, NS>::v(base, s);
-            let has_next = j + 1 < j_end;
-            if pingpong {
-                named_sync::<256>(my_turn);
-            }
-            if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
-                for op in o.iter_mut() {
-                    for dt in 0..8 {
-                        op[4 * dt] *= alphas[0];
-                        op[4 * dt + 1] *= alphas[0];
-                        op[4 * dt + 2] *= alphas[1];
-                        op[4 * dt + 3] *= alphas[1];
-                    }
-                }
-            }
-            let mut sn = [0.0f32; SN];
-            if has_next {
-                issue_scores!(sn, i + 1);
-            }
-            // O += P_j·V_j: V's panels as N-major B operands.
-            // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+    // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
+    // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
+    // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
+    macro_rules! issue_scores {
+        ($sc:ident, $i:expr) => {{
+            let i: usize = $i;
+            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+            let k_tile = S::<D, BM, BN, NS>::k(base, s);
+            // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
             unsafe {
-                tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+                tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
                 wgmma::fence();
-                for (ks, pk) in pf.iter().enumerate() {
-                    for (panel, op) in o.iter_mut().enumerate() {
-                        let vd = descriptor(
-                            v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
-                            kv_panel_bytes,
-                            SWIZZLE_ATOM_BYTES,
-                        );
-                        E::rs_n64(op, pk, vd);
-                    }
+                for kk in 0..D / 16 {
+                    let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
+                    let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                    let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                    E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
                 }
                 wgmma::commit();
             }
-            if pingpong {
-                named_arrive::<256>(other_turn);
-            }
-            // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
-            // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
-            // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
-            wgmma::wait::<0>();
-            for op in o.iter_mut() {
-                wgmma::settle(op);
-            }
-            wgmma::settle(&mut sn);
-            if leader {
-                // SAFETY: an initialised barrier; the products have read the V stage.
-                unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
-            }
-            if has_next {
-                release_k(i + 1);
-                alphas = softmax_tile!(sn, j + 1);
-                pf = pack_p!(sn);
-            }
-        }
-        if pingpong && wg == 0 {
-            // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
-            // ends as it started.
-            named_sync::<256>(my_turn);
-        }
-        // Every product of this tile has completed: Q may be replaced by the next tile's.
+        }};
+    }
+    // Releases K stage `i % NS` once this warpgroup's products have read it.
+    let release_k = |i: usize| {
         if leader {
             // SAFETY: an initialised barrier.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
         }
-        ring += (j_end - j_begin) as usize;
-        q_loads += 1;
+    };
 
-        // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
-        for half in 0..2 {
-            let mut st = state[half];
-            st.sum = shuffle::sum4(st.sum);
-            let res = st.finish(a.scale_log2);
-            let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
-            if row >= seq.len_q {
-                continue;
-            }
-            if a.partial_o != 0 {
-                // A step of context-parallel attention: this launch's row, merged with the running
-                // result of earlier steps (f32, in the partial rows) by log-sum-exp, goes back there,
-                // or, at the row's last contribution, to O and the log-sum-exp.
-                let idx = seq.lse_index(a, h, row);
-                let part_row = a.partial_o + 4 * idx * d as u64;
-                let (mut w_prev, mut w_cur, mut lse) = (0.0f32, res.inv_sum, res.lse);
-                if p.merge != 0 {
-                    // SAFETY: row `idx` of the partial log-sum-exps, written by an earlier step.
-                    let prev = unsafe { global::load_f32_rw(a.partial_lse + 4 * idx) };
-                    let mut merge = SplitMerge::new();
-                    merge.see(prev);
-                    merge.see(res.lse);
-                    let (wp, wc) = (merge.weight(prev), merge.weight(res.lse));
-                    let fin = merge.finish(wp + wc);
-                    (w_prev, w_cur, lse) = (wp * fin.inv_sum, wc * fin.inv_sum * res.inv_sum, fin.lse);
-                }
-                let last = row < p.final_rows;
-                if t4 == 0 {
-                    let at = if last { a.lse } else { a.partial_lse };
-                    if at != 0 {
-                        // SAFETY: row `idx` of the log-sum-exp output or of the partial ones (host
-                        // sizing).
-                        unsafe { global::store_f32(at + 4 * idx, lse) };
-                    }
-                }
-                let o_row = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
-                for (panel, op) in o.iter().enumerate() {
-                    for dt in 0..8 {
-                        let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
-                        if col < d {
-                            let mut x = [op[4 * dt + 2 * half] * w_cur, op[4 * dt + 2 * half + 1] * w_cur];
-                            if p.merge != 0 {
-                                // SAFETY: columns col, col + 1 < d of partial row `idx`, 8-byte
-                                // aligned, written by an earlier step; only this lane rewrites them.
-                                let y = unsafe { global::load_f32x2_rw(part_row + 4 * col as u64) };
-                                x = [fma(y[0], w_prev, x[0]), fma(y[1], w_prev, x[1])];
-                            }
-                            if last {
-                                // SAFETY: row < len_q, columns col, col + 1 < d: inside O, 4-byte
-                                // aligned.
-                                unsafe { global::store_u32(o_row + 2 * col as u64, E::pack(x[0], x[1])) };
-                            } else {
-                                // SAFETY: as for the load (host sizing).
-                                unsafe { global::store_f32x2(part_row + 4 * col as u64, x) };
+    // The mask and the online softmax of one tile's scores (in place: scores become
+    // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
+    // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
+    // so that the arrays stay in registers at both uses.
+    let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
+    macro_rules! softmax_tile {
+        ($sc:ident, $j:expr) => {{
+            let n0 = $j * BN as u32;
+            // Mask the tiles that cross the diagonal or the end of the keys.
+            if n0 + BN as u32 > free_end {
+                for half in 0..2 {
+                    let row = row_base + 8 * half as u32;
+                    let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                    for nt in 0..BN / 8 {
+                        for e in 0..2 {
+                            if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                                $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
                             }
                         }
                     }
                 }
-                continue;
             }
-            if t4 == 0 && a.lse != 0 {
-                let idx = seq.lse_index(a, h, row);
-                // SAFETY: inside the log-sum-exp output (host sizing).
-                unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
+            let mut alphas = [1.0f32; 2];
+            for half in 0..2 {
+                let mut m = f32::NEG_INFINITY;
+                for nt in 0..BN / 8 {
+                    m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
+                }
+                alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
             }
-            let row_addr = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+            let largest = state[0].max.abs().max(state[1].max.abs());
+            let fused = shuffle::all(largest < max_fused);
+            if !fused {
+                for (k, x) in $sc.iter_mut().enumerate() {
+                    let m = state[(k % 4) / 2].max;
+                    *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+                }
+            }
+            for half in 0..2 {
+                let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
+                let mut sum = 0.0;
+                for nt in 0..BN / 8 {
+                    for e in 0..2 {
+                        let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
+                        $sc[4 * nt + 2 * half + e] = x;
+                        sum += x;
+                    }
+                }
+                state[half].add(sum);
+            }
+            alphas
+        }};
+    }
+    // P as `wgmma` A fragments (16 keys each: `PK = BN / 16` of them).
+    macro_rules! pack_p {
+        ($sc:ident) => {{
+            let mut pf = [[0u32; 4]; PK];
+            for (ks, pk) in pf.iter_mut().enumerate() {
+                let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
+                let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
+                *pk = E::acc_to_a(&lo, &hi);
+            }
+            pf
+        }};
+    }
+
+    // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
+    // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
+    // cores. Registers written between a product's issue and its wait are never its
+    // accumulators or operands (else ptxas serialises every product): the output is rescaled
+    // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
+    let mut pf = [[0u32; 4]; PK];
+    let mut alphas = [1.0f32; 2];
+    if j_begin < j_end {
+        let mut sc = [0.0f32; SN];
+        issue_scores!(sc, 0);
+        wgmma::wait::<0>();
+        wgmma::settle(&mut sc);
+        release_k(0);
+        alphas = softmax_tile!(sc, j_begin);
+        pf = pack_p!(sc);
+    }
+    // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
+    // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
+    // the turn to the other, so that one warpgroup's softmax runs while the other's products
+    // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
+    let pingpong = C == 2 && j_begin < j_end;
+    let (my_turn, other_turn) = (1 + wg, 2 - wg);
+    if pingpong && wg == 1 {
+        named_arrive::<256>(other_turn);
+    }
+    for (i, j) in (j_begin..j_end).enumerate() {
+        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+        let v_tile = S::<D, BM, BN, NS>::v(base, s);
+        let has_next = j + 1 < j_end;
+        if pingpong {
+            named_sync::<256>(my_turn);
+        }
+        if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
+            for op in o.iter_mut() {
+                for dt in 0..8 {
+                    op[4 * dt] *= alphas[0];
+                    op[4 * dt + 1] *= alphas[0];
+                    op[4 * dt + 2] *= alphas[1];
+                    op[4 * dt + 3] *= alphas[1];
+                }
+            }
+        }
+        let mut sn = [0.0f32; SN];
+        if has_next {
+            issue_scores!(sn, i + 1);
+        }
+        // O += P_j·V_j: V's panels as N-major B operands.
+        // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+        unsafe {
+            tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+            wgmma::fence();
+            for (ks, pk) in pf.iter().enumerate() {
+                for (panel, op) in o.iter_mut().enumerate() {
+                    let vd = descriptor(
+                        v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
+                        kv_panel_bytes,
+                        SWIZZLE_ATOM_BYTES,
+                    );
+                    E::rs_n64(op, pk, vd);
+                }
+            }
+            wgmma::commit();
+        }
+        if pingpong {
+            named_arrive::<256>(other_turn);
+        }
+        // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
+        // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
+        // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
+        wgmma::wait::<0>();
+        for op in o.iter_mut() {
+            wgmma::settle(op);
+        }
+        wgmma::settle(&mut sn);
+        if leader {
+            // SAFETY: an initialised barrier; the products have read the V stage.
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
+        }
+        if has_next {
+            release_k(i + 1);
+            alphas = softmax_tile!(sn, j + 1);
+            pf = pack_p!(sn);
+        }
+    }
+    if pingpong && wg == 0 {
+        // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
+        // ends as it started.
+        named_sync::<256>(my_turn);
+    }
+
+    // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
+    let d = a.head_dim;
+    for half in 0..2 {
+        let mut st = state[half];
+        st.sum = shuffle::sum4(st.sum);
+        let res = st.finish(a.scale_log2);
+        let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
+        if row >= seq.len_q {
+            continue;
+        }
+        if a.partial_o != 0 {
+            // A step of context-parallel attention: this launch's row, merged with the running
+            // result of earlier steps (f32, in the partial rows) by log-sum-exp, goes back there,
+            // or, at the row's last contribution, to O and the log-sum-exp.
+            let idx = seq.lse_index(a, h, row);
+            let part_row = a.partial_o + 4 * idx * d as u64;
+            let (mut w_prev, mut w_cur, mut lse) = (0.0f32, res.inv_sum, res.lse);
+            if p.merge != 0 {
+                // SAFETY: row `idx` of the partial log-sum-exps, written by an earlier step.
+                let prev = unsafe { global::load_f32_rw(a.partial_lse + 4 * idx) };
+                let mut merge = SplitMerge::new();
+                merge.see(prev);
+                merge.see(res.lse);
+                let (wp, wc) = (merge.weight(prev), merge.weight(res.lse));
+                let fin = merge.finish(wp + wc);
+                (w_prev, w_cur, lse) = (wp * fin.inv_sum, wc * fin.inv_sum * res.inv_sum, fin.lse);
+            }
+            let last = row < p.final_rows;
+            if t4 == 0 {
+                let at = if last { a.lse } else { a.partial_lse };
+                if at != 0 {
+                    // SAFETY: row `idx` of the log-sum-exp output or of the partial ones (host
+                    // sizing).
+                    unsafe { global::store_f32(at + 4 * idx, lse) };
+                }
+            }
+            let o_row = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
             for (panel, op) in o.iter().enumerate() {
                 for dt in 0..8 {
                     let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
                     if col < d {
-                        let packed = E::pack(
-                            op[4 * dt + 2 * half] * res.inv_sum,
-                            op[4 * dt + 2 * half + 1] * res.inv_sum,
-                        );
-                        // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
-                        // O, 4-byte aligned.
-                        unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
+                        let mut x = [op[4 * dt + 2 * half] * w_cur, op[4 * dt + 2 * half + 1] * w_cur];
+                        if p.merge != 0 {
+                            // SAFETY: columns col, col + 1 < d of partial row `idx`, 8-byte
+                            // aligned, written by an earlier step; only this lane rewrites them.
+                            let y = unsafe { global::load_f32x2_rw(part_row + 4 * col as u64) };
+                            x = [fma(y[0], w_prev, x[0]), fma(y[1], w_prev, x[1])];
+                        }
+                        if last {
+                            // SAFETY: row < len_q, columns col, col + 1 < d: inside O, 4-byte
+                            // aligned.
+                            unsafe { global::store_u32(o_row + 2 * col as u64, E::pack(x[0], x[1])) };
+                        } else {
+                            // SAFETY: as for the load (host sizing).
+                            unsafe { global::store_f32x2(part_row + 4 * col as u64, x) };
+                        }
                     }
                 }
             }
+            continue;
         }
-        if !persistent {
-            break;
+        if t4 == 0 && a.lse != 0 {
+            let idx = seq.lse_index(a, h, row);
+            // SAFETY: inside the log-sum-exp output (host sizing).
+            unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
+        }
+        let row_addr = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+        for (panel, op) in o.iter().enumerate() {
+            for dt in 0..8 {
+                let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
+                if col < d {
+                    let packed =
+                        E::pack(op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum);
+                    // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
+                    // O, 4-byte aligned.
+                    unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
+                }
+            }
         }
     }
 }
@@ -616,7 +539,6 @@ macro_rules! wgmma_entries {
                         { (C.head_dim / WGMMA_PANEL) as usize },
                         { (C.block_n / 2) as usize },
                         { (C.block_n / 16) as usize },
-                        { C.persistent() },
                     >(&p)
                 }
             }
