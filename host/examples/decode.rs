@@ -2,10 +2,12 @@
 //! (32 query heads sharing 8 K/V heads, d = 128, bf16) for batches 1–64 and caches of 1k–128k
 //! tokens: the planner's choice, then every split count and the four-warp instance, as TB/s of
 //! K and V read once. The measurements behind the split-KV rule (`kernels-gpu/NOTES.md`).
-//! Needs a GPU.
+//! With `--cache`, instead: the planner's choice without and with `cache_seqlens` (every entry
+//! using its whole cache, then caches of twice the capacity half used), which should read K and
+//! V at the same speed. Needs a GPU.
 //!
 //! ```text
-//! cargo run --release --example decode [-- --quick]
+//! cargo run --release --example decode [-- --quick] [-- --cache]
 //! ```
 
 use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Problem, Tiles, bf16};
@@ -30,6 +32,7 @@ fn time(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = std::env::args().any(|a| a == "--quick");
+    let cache = std::env::args().any(|a| a == "--cache");
     let dev = Device::new(0)?;
     println!("{}", dev.props());
     let (hq, hk, d) = (32usize, 8usize, 128usize);
@@ -69,6 +72,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ms,
                 tbs(ms)
             );
+            if cache {
+                // The same keys as a cache each entry uses entirely; then the first half of
+                // caches of the same capacity, against contiguous caches of that half.
+                let full = AttentionOptions { cache_seqlens: Some(vec![nk as u32; b]), ..base.clone() };
+                let ms_full = time(&dev, &sets, &q, &mut out, (lq, lk), &full, reps)?;
+                let half = AttentionOptions { cache_seqlens: Some(vec![nk as u32 / 2; b]), ..base.clone() };
+                let ms_half = time(&dev, &sets, &q, &mut out, (lq, lk), &half, reps)?;
+                let lk_half = Layout { seqlen: nk / 2, ..lk };
+                let ms_contig_half = time(&dev, &sets, &q, &mut out, (lq, lk_half), &base, reps)?;
+                let tbs_half = |ms: f64| tbs(ms) / 2.0;
+                println!(
+                    "{line} cache full {:.3} ms {:.2} TB/s ({:+.1}%) | half used {:.3} ms {:.2} TB/s, contiguous half {:.3} ms {:.2} TB/s ({:+.1}%)",
+                    ms_full,
+                    tbs(ms_full),
+                    100.0 * (ms_full / ms - 1.0),
+                    ms_half,
+                    tbs_half(ms_half),
+                    ms_contig_half,
+                    tbs_half(ms_contig_half),
+                    100.0 * (ms_half / ms_contig_half - 1.0)
+                );
+                continue;
+            }
             for splits in [1usize, 2, 4, 8, 16, 32, 64, 128] {
                 if splits > nk / 64 {
                     break;
