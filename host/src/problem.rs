@@ -288,8 +288,11 @@ pub struct AttentionOptions {
     /// A K/V cache (FlashAttention's `cache_seqlens`): in a fixed-length batch, entry `b` uses only
     /// the first `cache_seqlens[b]` keys of K and V (their `seqlen` is the cache's capacity);
     /// causal masking aligns to the end of those keys. `None`: every entry uses all of them. See
-    /// [`crate::cpu::append_kv`] for writing new tokens into a cache. CPU path only for now
-    /// (`Reason::KvCache` on the GPU).
+    /// [`crate::cpu::append_kv`] for writing new tokens into a cache. On the GPU the tensor-core
+    /// kernel's decode instances (query chunks of up to 16 rows) and the CUDA-core kernel read the
+    /// lengths (`Method::Auto` picks between them); the other instances, the Hopper kernel,
+    /// standard attention and the GPU backward refuse them (`Reason::KvCache`). The lengths are
+    /// copied to the device with each call.
     pub cache_seqlens: Option<Vec<u32>>,
     /// A paged K/V cache (vLLM's layout; FlashAttention's `block_table`): K and V are pools of
     /// pages, laid out `(pages, page_size, heads_kv, d)`, and entry `b`'s token `j` is row
