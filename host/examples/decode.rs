@@ -3,8 +3,9 @@
 //! tokens: the planner's choice, then every split count and the four-warp instance, as TB/s of
 //! K and V read once. The measurements behind the split-KV rule (`kernels-gpu/NOTES.md`).
 //! With `--cache`, instead: the planner's choice without and with `cache_seqlens` (every entry
-//! using its whole cache, then caches of twice the capacity half used), which should read K and
-//! V at the same speed. Needs a GPU.
+//! using its whole cache, then caches of twice the capacity half used), and the same memory as a
+//! paged cache (`block_table`, pages of 16 and 256 tokens in shuffled order), which should read K
+//! and V at the same speed. Needs a GPU.
 //!
 //! ```text
 //! cargo run --release --example decode [-- --quick] [-- --cache]
@@ -82,6 +83,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let lk_half = Layout { seqlen: nk / 2, ..lk };
                 let ms_contig_half = time(&dev, &sets, &q, &mut out, (lq, lk_half), &base, reps)?;
                 let tbs_half = |ms: f64| tbs(ms) / 2.0;
+                // The same memory as pools of 16- and 256-token pages, the pages of each entry
+                // scattered over the whole pool (a shuffled table).
+                let mut paged = String::new();
+                for page in [16usize, 256] {
+                    let pages = b * nk / page;
+                    let mut order: Vec<u32> = (0..pages as u32).collect();
+                    use rand::seq::SliceRandom;
+                    order.shuffle(&mut rng);
+                    let table = flashattn::BlockTable { page_size: page, pages_per_entry: nk / page, pages: order };
+                    let opts = AttentionOptions { block_table: Some(table), ..base.clone() };
+                    let pool = Layout::bshd(pages, page, hk, d);
+                    let ms_paged = time(&dev, &sets, &q, &mut out, (lq, pool), &opts, reps)?;
+                    paged += &format!(
+                        " | paged {page} {:.3} ms {:.2} TB/s ({:+.1}%)",
+                        ms_paged,
+                        tbs(ms_paged),
+                        100.0 * (ms_paged / ms - 1.0)
+                    );
+                }
                 println!(
                     "{line} cache full {:.3} ms {:.2} TB/s ({:+.1}%) | half used {:.3} ms {:.2} TB/s, contiguous half {:.3} ms {:.2} TB/s ({:+.1}%)",
                     ms_full,
@@ -93,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tbs_half(ms_contig_half),
                     100.0 * (ms_half / ms_contig_half - 1.0)
                 );
+                println!("{paged}");
                 continue;
             }
             for splits in [1usize, 2, 4, 8, 16, 32, 64, 128] {

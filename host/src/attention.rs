@@ -141,6 +141,18 @@ impl Device {
             None => None,
         };
         params.seqused_k = cache_lens.as_ref().map_or(0, |b| b.device_address());
+        // A paged cache's page table, read by the decode instances (freed in stream order too);
+        // an entry's keys are then its pages' capacity (or its `cache_seqlens`).
+        let page_table = match problem.block_table() {
+            Some(t) => Some((self.upload_u32(stream, &t.pages)?, t)),
+            None => None,
+        };
+        if let Some((buf, t)) = &page_table {
+            params.block_table = buf.device_address();
+            params.pages_per_entry = t.pages_per_entry as u32;
+            params.page_shift = t.page_size.trailing_zeros();
+            params.seqlen_k = (t.pages_per_entry * t.page_size) as u32;
+        }
         if io.partial.is_some() {
             // A step of context-parallel attention: the forward kernel alone, its `splits`
             // (at least 2: the tensor-core kernel writes partial results only when split) into
@@ -298,6 +310,9 @@ pub(crate) fn attn_params(
         partial_lse: io.partial.map_or(0, |p| p.lse),
         partial_rows: io.partial.map_or(0, |p| p.rows),
         seqused_k: 0,
+        block_table: 0,
+        pages_per_entry: 0,
+        page_shift: 0,
     };
     if let Some(p) = io.partial {
         params.lse_seq_stride = p.lse_seq_stride;

@@ -123,10 +123,10 @@ pub enum Reason {
     NoBackward,
     /// A softcap or ALiBi slopes: the GPU kernels do not apply them yet (the CPU path does).
     ScoreMod,
-    /// A K/V cache this method does not read: a paged one (`block_table`, the CPU path only so
-    /// far), or per-entry lengths (`cache_seqlens`) outside the tensor-core kernel's decode
-    /// instances (up to 16 query rows a tile, rows of 16 bytes, no tile override) and the general
-    /// forward kernel: standard attention, the Hopper kernel, the backward.
+    /// A K/V cache this method does not read: the tensor-core kernel's decode instances (up to
+    /// 16 query rows a tile, rows of 16 bytes) read per-entry lengths (`cache_seqlens`) and paged
+    /// caches (`block_table`), the general forward kernel lengths only; standard attention, the
+    /// Hopper kernel, the other tensor-core instances and the backward neither.
     KvCache,
     /// Something the Hopper kernel does not run (yet), or where `Method::Auto` knows the
     /// `mma.sync` kernel to be faster.
@@ -190,9 +190,9 @@ impl std::fmt::Display for Reason {
                  `cpu::attention_backward` apply it for any dtype and layout)",
             ),
             Reason::KvCache => f.write_str(
-                "a paged K/V cache, or per-entry K/V cache lengths outside the GPU's decode instances (up to \
-                 16 query rows a tile) and general forward kernel (`flashattn::cpu` runs both, forward and \
-                 backward)",
+                "a K/V cache outside the GPU forward's decode instances (up to 16 query rows a tile, 16-byte \
+                 rows), which read cache lengths and paged caches, and its general kernel, which reads cache \
+                 lengths (`flashattn::cpu` runs both, forward and backward)",
             ),
             Reason::ScoreMod => f.write_str(
                 "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
@@ -867,9 +867,10 @@ fn plan_mma(
         }
     };
     let config = MMA_CONFIGS[index];
-    if problem.cache_seqlens().is_some() && !config.is_decode() {
-        // Only the decode instances read a cache's lengths (`SeqView::of_cached` in the kernels:
-        // the 128-row instances have no register left for them).
+    if (problem.cache_seqlens().is_some() || problem.block_table().is_some()) && !config.is_decode() {
+        // Only the decode instances read a cache's lengths and page table (`SeqView::of_cached`
+        // and `HeadRows::paged_if` in the kernels: the 128-row instances have no register left
+        // for them).
         return Err(unsupported(method, Reason::KvCache));
     }
     let limit = props.max_shared_per_block;
@@ -932,6 +933,10 @@ fn plan_wgmma(
         return no("per-entry K/V cache lengths (TMA would load the cache's unused rows; \
                    Method::FlashTensorCore runs them)");
     }
+    if problem.block_table().is_some() {
+        return no("a paged K/V cache (TMA boxes cannot follow a page table; \
+                   Method::FlashTensorCore's decode instances read it)");
+    }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
     }
@@ -992,6 +997,10 @@ fn plan_simt(
     let tiles = opts.tiles;
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
+    }
+    if problem.block_table().is_some() {
+        // Paged caches are read by the tensor-core kernel's decode instances only.
+        return Err(unsupported(method, Reason::KvCache));
     }
     if opts.splits.is_some_and(|s| s > 1) {
         return Err(unsupported(method, Reason::NoSplitKv));
@@ -1058,7 +1067,7 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
     }
-    if problem.cache_seqlens().is_some() {
+    if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
         return Err(unsupported(method, Reason::KvCache));
     }
     if tiles != Tiles::default() {
@@ -1306,14 +1315,14 @@ pub(crate) fn backward_locks(problem: &Problem) -> u64 {
 }
 
 /// The first feature of `problem` that only the CPU path runs so far (the forward's and the
-/// backward's planners refuse it alike): score modifiers, a paged K/V cache, and for the
-/// backward (`forward` false) per-entry cache lengths. (Sliding windows run on the tensor-core
-/// kernels and cache lengths on the forward's tensor-core and general kernels; the other
-/// methods refuse those themselves.)
+/// backward's planners refuse it alike): score modifiers, and for the backward (`forward`
+/// false) K/V caches, paged or not. (Sliding windows run on the tensor-core kernels, cache
+/// lengths on the forward's tensor-core decode instances and general kernel, paged caches on the
+/// decode instances; the other methods refuse those themselves.)
 fn cpu_only_feature(problem: &Problem, forward: bool) -> Option<Reason> {
     if problem.has_score_mod() {
         Some(Reason::ScoreMod)
-    } else if problem.block_table().is_some() || (!forward && problem.cache_seqlens().is_some()) {
+    } else if !forward && (problem.block_table().is_some() || problem.cache_seqlens().is_some()) {
         Some(Reason::KvCache)
     } else {
         None

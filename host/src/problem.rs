@@ -298,7 +298,9 @@ pub struct AttentionOptions {
     /// pages, laid out `(pages, page_size, heads_kv, d)`, and entry `b`'s token `j` is row
     /// `j % page_size` of page `block_table.pages[b·pages_per_entry + j / page_size]`. Needs a
     /// fixed-length batch; `cache_seqlens` gives each entry's length (else all its pages' tokens).
-    /// CPU path only for now (`Reason::KvCache` on the GPU).
+    /// On the GPU the tensor-core kernel's decode instances read it (up to 16 query rows a tile,
+    /// 16-byte rows: decoding and short chunks, which `Method::Auto` sends there); every other
+    /// GPU path refuses it (`Reason::KvCache`). The table is copied to the device with each call.
     pub block_table: Option<BlockTable>,
 }
 

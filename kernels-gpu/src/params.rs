@@ -101,6 +101,16 @@ pub struct AttnParams {
     /// sequence `z` uses only the first `seqused_k[z]` (u32) of its `seqlen_k` keys; 0 when every
     /// sequence uses all of them. Keys past a sequence's length are never read.
     pub seqused_k: u64,
+    /// A paged K/V cache (FlashAttention's `block_table`): `pages_per_entry` page indices (u32) per
+    /// sequence of a fixed-length batch, or 0 when K and V are not paged. Then K and V are page
+    /// pools (their batch stride is the page stride) and token `t` of sequence `z` is row
+    /// `t % 2^page_shift` of page `block_table[z·pages_per_entry + t >> page_shift]`; `seqlen_k`
+    /// is an entry's capacity. Only the decode instances of the tensor-core kernel read it.
+    pub block_table: u64,
+    /// Page slots per sequence (the table's row length), with `block_table`.
+    pub pages_per_entry: u32,
+    /// log2 of the tokens per page (at least 4: pages of 16 tokens or more), with `block_table`.
+    pub page_shift: u32,
 }
 
 /// Parameters of the backward kernels (preprocessing, main, dQ conversion). `attn` is the

@@ -164,6 +164,31 @@ def test_planner_refusals_are_not_implemented_errors():
         assert err(out, standard(q.double(), k[:, :40].double(), v[:, :40].double(), False)) < 1e-2
 
 
+def test_paged_kv_cache_decode():
+    # Two sequences over a shuffled pool of 16-token pages (two spare), GQA 8:2, one query token
+    # each: the GPU's decode instances read through the table; unused rows hold NaN.
+    b, h, hk, d, page, ppe = 2, 8, 2, 64, 16, 4
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    lens = [37, 64]
+    order = torch.randperm(b * ppe + 2, generator=gen, device=DEV).to(torch.int32)
+    table = order[: b * ppe].reshape(b, ppe).contiguous()
+    k_pool = torch.full((b * ppe + 2, page, hk, d), float("nan"), device=DEV, dtype=torch.float16)
+    v_pool = k_pool.clone()
+    q = torch.randn(b, 1, h, d, device=DEV, dtype=torch.float16, generator=gen)
+    k = torch.randn(b, ppe * page, hk, d, device=DEV, dtype=torch.float16, generator=gen)
+    v = torch.randn(b, ppe * page, hk, d, device=DEV, dtype=torch.float16, generator=gen)
+    for e in range(b):
+        for j in range(lens[e]):
+            pg, row = int(table[e, j // page]), j % page
+            k_pool[pg, row], v_pool[pg, row] = k[e, j], v[e, j]
+    seqlens = torch.tensor(lens, device=DEV, dtype=torch.int32)
+    out = flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=seqlens, block_table=table)
+    for e in range(b):
+        n = lens[e]
+        ref = standard(q[e : e + 1].double(), k[e : e + 1, :n].double(), v[e : e + 1, :n].double(), False)
+        assert err(out[e : e + 1], ref) < 1e-2
+
+
 def test_wrong_devices_dtypes_shapes():
     q, k, v = inputs(1, 16, 16, 2, 2, 64, torch.float16)
     with pytest.raises(ValueError, match="same device"):

@@ -580,6 +580,35 @@ fn score_modifiers_are_refused_on_the_gpu_and_validated() {
             "{bad:?}"
         );
     }
+    // A paged cache: the decode instances read it (Auto takes them for a decode step, split-KV
+    // included); a 64-token chunk has no GPU path (the general kernel does not read page
+    // tables); the Hopper kernel, standard attention and the backward refuse it.
+    let pool = Layout::bshd(6, 16, 2, 64);
+    let table = flashattn::BlockTable { page_size: 16, pages_per_entry: 3, pages: vec![5, 0, 2, 1, 4, 3] };
+    let paged = AttentionOptions {
+        block_table: Some(table),
+        cache_seqlens: Some(vec![20, 48]),
+        ..Default::default()
+    };
+    let p = plan(&h200, DType::BF16, &problem(q1, pool, &paged), &paged).unwrap();
+    assert!(p.method == Method::FlashTensorCore && p.kernel().contains("_m16_"), "{p}");
+    let q64 = Layout::bshd(2, 64, 2, 64);
+    let r = plan(&h200, DType::BF16, &problem(q64, pool, &paged), &paged);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
+    for method in [Method::Flash, Method::Standard, Method::FlashHopper] {
+        let o = AttentionOptions { method, ..paged.clone() };
+        let r = plan(&h200, DType::BF16, &problem(q1, pool, &o), &o);
+        assert!(
+            matches!(
+                r,
+                Err(InvalidInput::Unsupported { reason: Reason::KvCache | Reason::NotOnHopper { .. }, .. })
+            ),
+            "{method}: {r:?}"
+        );
+    }
+    let lay1 = [("d_o", &q1), ("dq", &q1), ("dk", &pool), ("dv", &pool)];
+    let r = plan_backward(&h200, DType::BF16, &problem(q1, pool, &paged), &paged, lay1);
+    assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::KvCache, .. })), "{r:?}");
     // Zero slopes everywhere modify nothing: the GPU runs it.
     let zero = AttentionOptions { alibi_slopes: Some(vec![0.0, 0.0]), ..Default::default() };
     assert!(plan(&h200, DType::BF16, &problem(l, l, &zero), &zero).is_ok());

@@ -41,6 +41,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::sliding_windows_bf16", sliding_windows::<bf16>),
     ("attention::kv_cache_f16", kv_cache::<f16>),
     ("attention::kv_cache_bf16", kv_cache::<bf16>),
+    ("attention::paged_cache_f16", paged_cache::<f16>),
+    ("attention::paged_cache_bf16", paged_cache::<bf16>),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -746,6 +748,77 @@ fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
         }
         if !run_and_check(dev, &case, Method::Auto)? {
             return Err(format!("Auto refused a K/V cache case:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// A paged K/V cache (`block_table`) under `Auto`, against the oracle (which reads through the
+/// table): pages of 16, 64 and 256 tokens shuffled through a pool with spare pages, entries of
+/// lengths 0 to the capacity (`cache_seqlens`) and without lengths (every page's tokens), decode
+/// with GQA packing and split-KV, a 7-token causal chunk — all on the decode instances. Unused
+/// pages and the rows past each entry's length hold NaN.
+fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
+    use rand::seq::SliceRandom;
+    let mut rng = case_rng();
+    let dims: &[usize] = if small() { &[64, 128] } else { &[64, 128, 96, 256] };
+    for &d in dims {
+        for (page, nq, causal, heads, kv_heads, splits, with_lens) in [
+            (16, 1, false, 8, 2, None, true),
+            (64, 1, true, 8, 8, Some(5), true),
+            (256, 1, false, 4, 1, None, false),
+            (16, 7, true, 4, 2, None, true),
+            (64, 3, false, 4, 2, Some(2), false),
+        ] {
+            let (b, ppe) = (4, 1536usize.div_ceil(page).max(2));
+            let cap = ppe * page;
+            let lens: Vec<u32> = vec![0, 1, (cap / 2 + 3) as u32, cap as u32];
+            let mut s = spec(batch(b, nq, cap), heads, kv_heads, d, causal, LayoutKind::Bshd);
+            s.cache_seqlens = with_lens.then(|| lens.clone());
+            s.splits = splits;
+            let contiguous = Case::<T>::random(&mut rng, &s);
+            let p = &contiguous.problem;
+            let spare = 3;
+            let mut order: Vec<u32> = (0..(b * ppe + spare) as u32).collect();
+            order.shuffle(&mut rng);
+            let table = flashattn::BlockTable {
+                page_size: page,
+                pages_per_entry: ppe,
+                pages: order[..b * ppe].to_vec(),
+            };
+            let pool = flashattn::Layout::bshd(b * ppe + spare, page, kv_heads, d);
+            let nan = T::from_f32(f32::NAN);
+            let (mut kp, mut vp) =
+                (vec![nan; pool.required_len().unwrap_or(0)], vec![nan; pool.required_len().unwrap_or(0)]);
+            for e in 0..b {
+                let used = if with_lens { lens[e] as usize } else { cap };
+                for j in 0..used {
+                    let (pg, row) = table.locate(e, j);
+                    for h in 0..kv_heads {
+                        let (src, dst) = (p.k().offset(e, j, h), pool.offset(pg, row, h));
+                        kp[dst..dst + d].copy_from_slice(&contiguous.k[src..src + d]);
+                        let (src, dst) = (p.v().offset(e, j, h), pool.offset(pg, row, h));
+                        vp[dst..dst + d].copy_from_slice(&contiguous.v[src..src + d]);
+                    }
+                }
+            }
+            let opts = AttentionOptions { block_table: Some(table), ..contiguous.opts.clone() };
+            let case = Case::from_data(
+                [*p.q(), pool, pool, *p.o()],
+                opts,
+                contiguous.values,
+                contiguous.q.clone(),
+                kp,
+                vp,
+            )
+            .map_err(|e| format!("building a paged case: {e}"))?;
+            let plan = dev.plan::<T>(&case.problem, &case.opts).map_err(e2s)?;
+            if plan.method != Method::FlashTensorCore {
+                return Err(format!("a paged cache case planned as {plan}:\n{case}"));
+            }
+            if !run_and_check(dev, &case, Method::Auto)? {
+                return Err(format!("Auto refused a paged cache case:\n{case}"));
+            }
         }
     }
     Ok(())

@@ -105,6 +105,8 @@ unsafe fn flash_fwd_mma<
     }
     // `max(1)`: the host never passes 0, and the compiler then needs no division-by-zero panic.
     let kv_h = h / p.group.max(1);
+    // K and V rows go through a paged cache's table in the decode instances (`W == 1`; the host
+    // sends paged caches to no other instance).
     let chunks = PD as u32 / 8;
     let q_tile = shared::base();
     let k_tile = q_tile + 2 * (BM * PD) as u32;
@@ -134,11 +136,15 @@ unsafe fn flash_fwd_mma<
         load_tile::<BM, PD, T, PAD>(q_tile, HeadRows::queries(p, &seq, h), m0);
         if j_begin < j_end {
             let n0 = j_begin * BN as u32;
-            load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
+            load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z), n0);
             if VS == 2 {
                 // V_j goes to V buffer `j % 2` (the loop's choice), also for a split's first tile.
                 let v_tile = k_tile + 2 * (BN * PD) as u32 * (1 + j_begin % 2);
-                load_tile::<BN, PD, T, PAD>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
+                load_tile::<BN, PD, T, PAD>(
+                    v_tile,
+                    HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
+                    n0,
+                );
             }
         }
     }
@@ -189,7 +195,13 @@ unsafe fn flash_fwd_mma<
         let (q_rows, k_rows, v_rows) = frag_rows();
         if VS == 1 {
             // SAFETY: as above.
-            unsafe { load_tile::<BN, PD, T, PAD>(v_tile(j), HeadRows::values(p, &seq, kv_h), n0) };
+            unsafe {
+                load_tile::<BN, PD, T, PAD>(
+                    v_tile(j),
+                    HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
+                    n0,
+                )
+            };
             cp_async::commit();
         }
 
@@ -226,9 +238,17 @@ unsafe fn flash_fwd_mma<
             let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
-                load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h), next);
+                load_tile::<BN, PD, T, PAD>(
+                    k_tile,
+                    HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z),
+                    next,
+                );
                 if VS == 2 {
-                    load_tile::<BN, PD, T, PAD>(v_tile(j + 1), HeadRows::values(p, &seq, kv_h), next);
+                    load_tile::<BN, PD, T, PAD>(
+                        v_tile(j + 1),
+                        HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
+                        next,
+                    );
                 }
             }
         }

@@ -58,6 +58,10 @@ pub(super) struct HeadRows<'a> {
     head: u32,
     len: u32,
     dim: u32,
+    /// A paged K/V cache: the address of this sequence's row of page indices (u32), or 0.
+    pages: u64,
+    /// log2 of the tokens per page, with `pages`.
+    page_shift: u32,
 }
 
 impl<'a> HeadRows<'a> {
@@ -72,6 +76,8 @@ impl<'a> HeadRows<'a> {
             head,
             len: seq.len_q,
             dim: p.head_dim,
+            pages: 0,
+            page_shift: 0,
         }
     }
 
@@ -86,6 +92,8 @@ impl<'a> HeadRows<'a> {
             head,
             len: seq.len_k,
             dim: p.head_dim,
+            pages: 0,
+            page_shift: 0,
         }
     }
 
@@ -101,6 +109,8 @@ impl<'a> HeadRows<'a> {
             head,
             len: seq.len_q,
             dim: p.head_dim,
+            pages: 0,
+            page_shift: 0,
         }
     }
 
@@ -115,9 +125,31 @@ impl<'a> HeadRows<'a> {
             head,
             len: seq.len_k,
             dim: p.head_dim,
+            pages: 0,
+            page_shift: 0,
         }
     }
 }
+
+impl HeadRows<'_> {
+    /// These K or V rows read through sequence `z`'s row of a paged cache's table when `reads`
+    /// (a compile-time condition at the call: the kernels that take paged caches) and the launch
+    /// has one (`p.block_table`); unchanged otherwise.
+    #[inline(always)]
+    pub(super) fn paged_if(self, reads: bool, p: &AttnParams, z: u32) -> Self {
+        if !reads || p.block_table == 0 {
+            return self;
+        }
+        HeadRows {
+            pages: p.block_table + 4 * z as u64 * p.pages_per_entry as u64,
+            page_shift: p.page_shift,
+            ..self
+        }
+    }
+}
+
+/// Page groups of 16 rows a paged tile load resolves at once (tiles of up to 128 rows).
+const PAGE_GROUPS: usize = 8;
 
 /// Issues the copies of rows `row0..row0+ROWS` of head `h` of a 16-bit tensor into a swizzled
 /// shared tile of `PD` elements a row; rows at or past `len` are zero-filled. `PAD` is the
@@ -139,7 +171,7 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     rows: HeadRows<'_>,
     row0: u32,
 ) {
-    let HeadRows { src, seq, strides, start, head: h, len, dim: d } = rows;
+    let HeadRows { src, seq, strides, start, head: h, len, dim: d, pages, page_shift } = rows;
     let chunks = PD / 8;
     let rows_per_pass = THREADS / chunks;
     const { assert!(THREADS % (PD / 8) == 0 && ROWS % (THREADS / (PD / 8)) == 0) };
@@ -174,6 +206,34 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     // Bytes of this thread's chunk inside the head dim: 16, or 0 past it (chunk-padded
     // instances run head dims that are multiples of 8, so no chunk is partial).
     let bytes = if PAD == PAD_EXACT || c < d / 8 { 16 } else { 0 };
+    // A paged cache (only the one-warp decode instances are sent one: there a thread's rows
+    // `r0 + k·rows_per_pass` never straddle a 16-row group, since `rows_per_pass` divides 16).
+    if pages != 0 && 16 % rows_per_pass == 0 && ROWS % 16 == 0 && ROWS / 16 <= PAGE_GROUPS {
+        // Each 16-row group lies in one page (pages of 16 tokens or more, `row0` a multiple of
+        // 16): its page's base offset, all loads issued before any copy.
+        let mut group_base = [0u64; PAGE_GROUPS];
+        for (g, b) in group_base.iter_mut().enumerate().take(ROWS / 16) {
+            let t = row0 + 16 * g as u32;
+            if t < len {
+                // SAFETY: slot `t >> page_shift` of the sequence's table row exists (the host
+                // checked `len` against the table's capacity).
+                let page = unsafe { global::load_u32(pages + 4 * (t >> page_shift) as u64) };
+                *b = page as u64 * strides[0] + h as u64 * strides[2] + 8 * c as u64;
+            }
+        }
+        let in_page = (1u32 << page_shift) - 1;
+        for k in 0..ROWS / rows_per_pass {
+            let r = r0 + (k * rows_per_pass) as u32;
+            let t = row0 + r;
+            let n = if t < len { bytes } else { 0 };
+            let at = group_base[k * rows_per_pass / 16] + (t & in_page) as u64 * strides[1];
+            let addr = if n > 0 { src + 2 * at } else { src };
+            // SAFETY: as below, with the row found through the page table (host-validated
+            // pages of the pools).
+            unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+        }
+        return;
+    }
     let base = src + 2 * (seq.offset(strides, start, row0 + r0, h) + 8 * c as u64);
     let step = 2 * strides[1] * rows_per_pass as u64;
     for k in 0..ROWS / rows_per_pass {
