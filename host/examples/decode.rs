@@ -91,7 +91,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let mut order: Vec<u32> = (0..pages as u32).collect();
                     use rand::seq::SliceRandom;
                     order.shuffle(&mut rng);
-                    let table = flashattn::BlockTable { page_size: page, pages_per_entry: nk / page, pages: order };
+                    let table =
+                        flashattn::BlockTable { page_size: page, pages_per_entry: nk / page, pages: order };
                     let opts = AttentionOptions { block_table: Some(table), ..base.clone() };
                     let pool = Layout::bshd(pages, page, hk, d);
                     let ms_paged = time(&dev, &sets, &q, &mut out, (lq, pool), &opts, reps)?;

@@ -1,5 +1,5 @@
-//! Serving from a paged K/V cache: a decode loop on the CPU path (the GPU's decode instances
-//! read paged caches, but appending new tokens has no GPU kernel yet). Two sequences share a pool of 16-token pages; each step appends
+//! Serving from a paged K/V cache: a decode loop on the CPU path (on the GPU the same loop is
+//! `Device::append_kv` then `Device::attention` with `block_table`). Two sequences share a pool of 16-token pages; each step appends
 //! one new K/V token per sequence in place and attends its one query token to the whole cache —
 //! FlashAttention's `flash_attn_with_kvcache` with a `block_table`.
 //!

@@ -342,23 +342,40 @@ fn check_append<T: Element>(
     cache_seqlens: &[u32],
     block_table: Option<&crate::problem::BlockTable>,
 ) -> Result<()> {
-    let kc = k_cache.layout;
-    let batch = k_new.layout.batch;
+    check_append_layouts(
+        [
+            (&k_cache.layout, k_cache.data.len()),
+            (&v_cache.layout, v_cache.data.len()),
+            (&k_new.layout, k_new.data.len()),
+            (&v_new.layout, v_new.data.len()),
+        ],
+        cache_seqlens,
+        block_table,
+    )
+}
+
+/// An append's checks on the layouts and buffer lengths of `[k_cache, v_cache, k_new, v_new]`
+/// (the CPU's slices or the GPU's buffers): shapes, lengths, caches whose elements overlap, the
+/// table, one length per entry, and room for the new tokens ([`InvalidInput::CacheFull`]).
+pub(crate) fn check_append_layouts(
+    [(kc, kc_len), (vc, vc_len), (kn, kn_len), (vn, vn_len)]: [(&Layout, usize); 4],
+    cache_seqlens: &[u32],
+    block_table: Option<&crate::problem::BlockTable>,
+) -> Result<()> {
+    let kc = *kc;
+    let batch = kn.batch;
     // What a cache's layout must match: the new tokens' batch (or, paged, the pool's own).
     let cache_like = Layout { batch: if block_table.is_some() { kc.batch } else { batch }, ..kc };
-    for (name, l, len) in [
-        ("k_cache", &k_cache.layout, k_cache.data.len()),
-        ("v_cache", &v_cache.layout, v_cache.data.len()),
-        ("k_new", &k_new.layout, k_new.data.len()),
-        ("v_new", &v_new.layout, v_new.data.len()),
-    ] {
+    for (name, l, len) in
+        [("k_cache", &kc, kc_len), ("v_cache", vc, vc_len), ("k_new", kn, kn_len), ("v_new", vn, vn_len)]
+    {
         let cache = name.ends_with("cache");
-        let like = if cache { cache_like } else { Layout { batch, seqlen: k_new.layout.seqlen, ..kc } };
+        let like = if cache { cache_like } else { Layout { batch, seqlen: kn.seqlen, ..kc } };
         crate::problem::check_like(name, l, &like, len, cache)?;
     }
     let capacity = match block_table {
         Some(t) => {
-            crate::problem::check_block_table(t, &Layout { batch, ..k_new.layout }, &kc, false)?;
+            crate::problem::check_block_table(t, &Layout { batch, ..*kn }, &kc, false)?;
             t.pages_per_entry * t.page_size
         }
         None => kc.seqlen,
@@ -368,7 +385,7 @@ fn check_append<T: Element>(
             InvalidInput::CacheSeqlens { len: cache_seqlens.len(), batch, capacity, varlen: false }.into()
         );
     }
-    let n = k_new.layout.seqlen;
+    let n = kn.seqlen;
     if let Some((entry, &len)) = cache_seqlens.iter().enumerate().find(|&(_, &l)| l as usize + n > capacity) {
         return Err(InvalidInput::CacheFull { entry, len, new: n, capacity }.into());
     }

@@ -430,6 +430,89 @@ impl Device {
         Ok(plan)
     }
 
+    /// FlashAttention's `flash_attn_with_kvcache` on tensors in device memory that the caller
+    /// owns, queued on the caller's stream (see [`Device::attention_external`]): appends
+    /// `new_kv` `(batch, n, heads_kv, d)` (if given) to the cache `tensors.k`/`tensors.v` after
+    /// each entry's `opts.cache_seqlens` (the lengths *before* the new tokens; required with
+    /// `new_kv`), in place, then attends `tensors.q` to the grown cache (lengths + n). The cache
+    /// is contiguous or paged (`opts.block_table`). Everything — the append's checks
+    /// ([`crate::cpu::append_kv`]'s) and the attention's, and that no output overlaps another
+    /// tensor — is checked before anything is queued.
+    ///
+    /// # Safety
+    /// As [`Device::attention_external`], for every tensor (the caches are outputs too).
+    pub unsafe fn attention_with_kvcache_external(
+        &self,
+        stream: sys::CUstream,
+        dtype: DType,
+        tensors: &ForwardTensors,
+        new_kv: Option<(ExternalTensor, ExternalTensor)>,
+        opts: &AttentionOptions,
+    ) -> Result<Plan> {
+        let Some((k_new, v_new)) = new_kv else {
+            // SAFETY: the caller's contract.
+            return unsafe { self.attention_external(stream, dtype, tensors, opts) };
+        };
+        let t = tensors;
+        let before = opts.cache_seqlens.clone().ok_or(InvalidInput::CacheSeqlens {
+            len: 0,
+            batch: t.q.layout.batch,
+            capacity: t.k.layout.seqlen,
+            varlen: opts.varlen.is_some(),
+        })?;
+        let n = k_new.layout.seqlen.min(u32::MAX as usize) as u32;
+        crate::cpu::check_append_layouts(
+            [
+                (&t.k.layout, t.k.len),
+                (&t.v.layout, t.v.len),
+                (&k_new.layout, k_new.len),
+                (&v_new.layout, v_new.len),
+            ],
+            &before,
+            opts.block_table.as_ref(),
+        )?;
+        let mut extents = vec![
+            tensor_extent("q", &t.q, dtype, true, false)?,
+            tensor_extent("k_cache", &t.k, dtype, true, true)?,
+            tensor_extent("v_cache", &t.v, dtype, true, true)?,
+            tensor_extent("out", &t.out, dtype, true, true)?,
+            tensor_extent("k", &k_new, dtype, true, false)?,
+            tensor_extent("v", &v_new, dtype, true, false)?,
+        ];
+        if let Some(lse) = &t.lse {
+            extents.push(lse_extent(lse, &t.q.layout, true)?);
+        }
+        check_disjoint(&extents)?;
+        let grown = AttentionOptions {
+            cache_seqlens: Some(before.iter().map(|&l| l.saturating_add(n)).collect()),
+            ..opts.clone()
+        };
+        let (problem, plan) = plan_attention(self.props(), dtype, tensors, &grown)?;
+        let _restore = RestoreContext::save();
+        // SAFETY: the caller's contract on `stream`.
+        let stream = unsafe { self.external_stream(stream, &extents) }?;
+        let caches = [(t.k.address, t.k.layout), (t.v.address, t.v.layout)];
+        let new = [(k_new.address, k_new.layout), (v_new.address, v_new.layout)];
+        // SAFETY: the append's arguments were checked above, on the caller's allocations (their
+        // contract), ordered on `stream`.
+        unsafe {
+            self.enqueue_append(&stream, dtype.size_bytes(), caches, new, &before, opts.block_table.as_ref())
+        }?;
+        if plan.launches.is_empty() {
+            return Ok(plan);
+        }
+        let io = crate::attention::Io {
+            q: t.q.address,
+            k: t.k.address,
+            v: t.v.address,
+            o: t.out.address,
+            lse: t.lse.map_or(0, |l| l.address),
+            partial: None,
+        };
+        self.run_kernels(&stream, dtype, &problem, io, &plan)?;
+        Ok(plan)
+    }
+
     /// [`Device::attention_backward`] on tensors in device memory that the caller owns, queued
     /// on the caller's stream (see [`Device::attention_external`]): from Q, K, V, the forward's
     /// O and log-sum-exp and dO, writes dQ, dK and dV. `opts` must be the forward's. Its scratch

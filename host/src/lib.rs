@@ -24,6 +24,7 @@ mod error;
 pub mod explain;
 pub mod external;
 mod hopper;
+mod kvcache;
 pub mod plan;
 mod problem;
 mod registry;

@@ -113,6 +113,43 @@ pub struct AttnParams {
     pub page_shift: u32,
 }
 
+/// Threads per block of the K/V append kernel (one block per (entry, new token, K/V head)).
+pub const APPEND_THREADS: u32 = 64;
+
+/// Parameters of `append_kv_u16`: writes `new_tokens` new K and V tokens of every entry of a
+/// fixed-length batch into its cache right after the entry's `cache_seqlens[b]` tokens (through
+/// a paged cache's table when `block_table` is set). Grid: `x` = entries × new tokens × K/V
+/// heads, `y` = 0 for K and 1 for V. Rows are copied as `row_units` 16-bit words, and every
+/// stride is in 16-bit words (an f32 element is two), so one kernel serves every dtype.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AppendParams {
+    /// K's and V's caches (written) and their new tokens (read): device addresses.
+    pub cache: [u64; 2],
+    /// The new tokens of K and V.
+    pub new: [u64; 2],
+    /// Strides (entry or page, token, head) of K's and V's caches, in 16-bit words.
+    pub cache_strides: [[u64; 3]; 2],
+    /// Strides (entry, token, head) of the new K and V tokens, in 16-bit words.
+    pub new_strides: [[u64; 3]; 2],
+    /// Each entry's tokens before the append (u32, one per entry).
+    pub cache_seqlens: u64,
+    /// A paged cache's table (u32, `pages_per_entry` per entry), or 0 for contiguous caches.
+    pub block_table: u64,
+    /// Page slots per entry, with `block_table`.
+    pub pages_per_entry: u32,
+    /// log2 of the tokens per page, with `block_table`.
+    pub page_shift: u32,
+    /// New tokens per entry.
+    pub new_tokens: u32,
+    /// K/V heads.
+    pub heads: u32,
+    /// 16-bit words per row (head dim × element bytes / 2).
+    pub row_units: u32,
+    /// Unused (keeps the struct a multiple of 8 bytes).
+    pub reserved: u32,
+}
+
 /// Parameters of the backward kernels (preprocessing, main, dQ conversion). `attn` is the
 /// forward's struct, re-read: Q, K, V, the log-sum-exp, varlen offsets, strides and shapes,
 /// with `attn.o`/`attn.o_strides` the **upstream gradient dO** (laid out as O), and

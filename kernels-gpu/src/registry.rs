@@ -60,6 +60,8 @@ pub enum Family {
     Fill(u32),
     /// `fill_rows_u16` / `fill_rows_u32` (`FillRowsParams`): word size in bytes.
     FillRows(u32),
+    /// `append_kv_u16` (`AppendParams`): new K/V tokens written into a cache, any dtype.
+    AppendKv,
     /// The general flash forward kernel (`AttnParams`) for a padded head dimension.
     FlashSimt(Elem, u32),
     /// The tensor-core flash forward kernel (`AttnParams`) of `MMA_CONFIGS[index]`.
@@ -308,8 +310,9 @@ macro_rules! simt_table {
 for_each_simt_instance!(simt_table);
 
 const ELEMS: [Elem; 3] = [Elem::F16, Elem::Bf16, Elem::F32];
-const FIXED: [(&str, Family); 11] = [
+const FIXED: [(&str, Family); 12] = [
     ("fill_u16", Family::Fill(2)),
+    ("append_kv_u16", Family::AppendKv),
     ("fill_u32", Family::Fill(4)),
     ("fill_rows_u16", Family::FillRows(2)),
     ("fill_rows_u32", Family::FillRows(4)),

@@ -325,27 +325,16 @@ fn forward(
         return Ok("cpu".to_string());
     }
     let device = device(dev.1.max(0) as usize)?;
-    if new_kv.is_some() {
-        // What the planner says about a cache first (it refuses caches on the GPU so far) ...
-        let grown = opts.cache_seqlens.as_ref().map(|lens| {
-            let n = new_kv.as_ref().map_or(0, |(k, _)| k.layout.seqlen as u32);
-            lens.iter().map(|&l| l.saturating_add(n)).collect()
-        });
-        let probe = AttentionOptions { cache_seqlens: grown, ..opts.clone() };
-        external::plan_attention(device.props(), dtype, &tensors, &probe).map_err(to_py)?;
-        // ... and the append, which has no GPU kernel yet.
-        return Err(PyNotImplementedError::new_err(
-            "appending new tokens (k, v) to a K/V cache in CUDA memory is not implemented yet: the CPU \
-             path runs it",
-        ));
-    }
     // SAFETY: DLPack tensors of CUDA memory, alive for the call and kept alive by the caller
     // until the work has run (the Python layer holds them, and PyTorch's allocator reuses memory
     // in its stream's order); `stream` is the caller's live stream on which their producer's
     // work is ordered (DLPack's `stream` argument). The library checks the device, the stream's
     // context, addresses and overlaps.
-    let plan =
-        unsafe { device.attention_external(stream_handle(stream), dtype, &tensors, &opts) }.map_err(to_py)?;
+    // With new K/V tokens they are appended to the cache first (in place, on the same stream).
+    let plan = unsafe {
+        device.attention_with_kvcache_external(stream_handle(stream), dtype, &tensors, new_kv, &opts)
+    }
+    .map_err(to_py)?;
     Ok(plan.to_string())
 }
 

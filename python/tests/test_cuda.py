@@ -189,6 +189,41 @@ def test_paged_kv_cache_decode():
         assert err(out[e : e + 1], ref) < 1e-2
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_append_on_gpu(paged):
+    # New tokens appended in place (crossing a 16-token page boundary, and into an empty entry),
+    # then attention to the grown cache with the causal mask aligned to its end.
+    b, h, hk, d, page, ppe, n = 3, 4, 2, 64, 16, 4, 3
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    lens = [14, 0, 30]
+    mk = lambda *shape: torch.randn(*shape, device=DEV, dtype=torch.bfloat16, generator=gen)  # noqa: E731
+    q, k_new, v_new = mk(b, n, h, d), mk(b, n, hk, d), mk(b, n, hk, d)
+    k_dense, v_dense = mk(b, ppe * page, hk, d), mk(b, ppe * page, hk, d)
+    if paged:
+        order = torch.randperm(b * ppe, generator=gen, device=DEV).to(torch.int32)
+        table = order.reshape(b, ppe).contiguous()
+        k_cache = torch.empty(b * ppe, page, hk, d, device=DEV, dtype=torch.bfloat16)
+        v_cache = torch.empty_like(k_cache)
+        for e in range(b):
+            for s in range(ppe):
+                k_cache[int(table[e, s])] = k_dense[e, s * page : (s + 1) * page]
+                v_cache[int(table[e, s])] = v_dense[e, s * page : (s + 1) * page]
+        extra = {"block_table": table}
+    else:
+        k_cache, v_cache = k_dense.clone(), v_dense.clone()
+        extra = {}
+    seqlens = torch.tensor(lens, device=DEV, dtype=torch.int32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=seqlens, causal=True, **extra)
+    for e in range(b):
+        L = lens[e]
+        k_dense[e, L : L + n], v_dense[e, L : L + n] = k_new[e], v_new[e]
+        ref = standard(q[e : e + 1].double(), k_dense[e : e + 1, : L + n].double(), v_dense[e : e + 1, : L + n].double(), True)
+        assert err(out[e : e + 1], ref) < 2e-2
+        for j in range(L, L + n):
+            row = (int(table[e, j // page]), j % page) if paged else (e, j)
+            assert torch.equal(k_cache[row], k_new[e, j - L]) and torch.equal(v_cache[row], v_new[e, j - L])
+
+
 def test_wrong_devices_dtypes_shapes():
     q, k, v = inputs(1, 16, 16, 2, 2, 64, torch.float16)
     with pytest.raises(ValueError, match="same device"):

@@ -43,6 +43,7 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::kv_cache_bf16", kv_cache::<bf16>),
     ("attention::paged_cache_f16", paged_cache::<f16>),
     ("attention::paged_cache_bf16", paged_cache::<bf16>),
+    ("attention::append_kv", append_kv),
 ];
 
 const METHODS: [Method; 3] = [Method::Flash, Method::Standard, Method::FlashTensorCore];
@@ -790,8 +791,8 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             let nan = T::from_f32(f32::NAN);
             let (mut kp, mut vp) =
                 (vec![nan; pool.required_len().unwrap_or(0)], vec![nan; pool.required_len().unwrap_or(0)]);
-            for e in 0..b {
-                let used = if with_lens { lens[e] as usize } else { cap };
+            for (e, &len) in lens.iter().enumerate() {
+                let used = if with_lens { len as usize } else { cap };
                 for j in 0..used {
                     let (pg, row) = table.locate(e, j);
                     for h in 0..kv_heads {
@@ -818,6 +819,111 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             }
             if !run_and_check(dev, &case, Method::Auto)? {
                 return Err(format!("Auto refused a paged cache case:\n{case}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Device::append_kv` against `cpu::append_kv` on the same data, bit for bit (a copy): f16, bf16
+/// and f32; contiguous caches and paged pools of 16-token pages in shuffled order; entries of
+/// length 0, appends that cross page boundaries and fill an entry to its capacity; strided new
+/// tokens; then a cache that would overflow is refused with nothing written.
+fn append_kv(dev: &Device) -> Result<(), String> {
+    append_kv_of::<f16>(dev)?;
+    append_kv_of::<bf16>(dev)?;
+    append_kv_of::<f32>(dev)
+}
+
+fn append_kv_of<T: Element>(dev: &Device) -> Result<(), String> {
+    use flashattn::{BlockTable, Layout, cpu};
+    use rand::Rng;
+    use rand::seq::SliceRandom;
+    let mut rng = case_rng();
+    let (b, hk, d, page, ppe) = (3usize, 2usize, 40usize, 16usize, 4usize);
+    let cap = page * ppe;
+    for paged in [false, true] {
+        for (n, lens) in [(1usize, vec![0u32, 15, 63]), (5, vec![0, 13, 59]), (20, vec![44, 0, 30])] {
+            let (cache_l, table) = if paged {
+                let mut order: Vec<u32> = (0..(b * ppe + 2) as u32).collect();
+                order.shuffle(&mut rng);
+                order.truncate(b * ppe);
+                (
+                    Layout::bshd(b * ppe + 2, page, hk, d),
+                    Some(BlockTable { page_size: page, pages_per_entry: ppe, pages: order }),
+                )
+            } else {
+                (Layout::bshd(b, cap, hk, d), None)
+            };
+            // New tokens laid out (b, h, n, d): strided as (b, n, h, d).
+            let new_l = Layout {
+                batch: b,
+                seqlen: n,
+                heads: hk,
+                head_dim: d,
+                batch_stride: hk * n * d,
+                seq_stride: d,
+                head_stride: n * d,
+            };
+            let rand_vec = |rng: &mut StdRng, len: usize| -> Vec<T> {
+                (0..len).map(|_| T::from_f32(rng.random_range(-1.0..1.0))).collect()
+            };
+            let (mut kc, mut vc) = (
+                rand_vec(&mut rng, cache_l.required_len().unwrap_or(0)),
+                rand_vec(&mut rng, cache_l.required_len().unwrap_or(0)),
+            );
+            let (kn, vn) = (
+                rand_vec(&mut rng, new_l.required_len().unwrap_or(0)),
+                rand_vec(&mut rng, new_l.required_len().unwrap_or(0)),
+            );
+            let mut kc_gpu = dev.upload(&kc).map_err(e2s)?;
+            let mut vc_gpu = dev.upload(&vc).map_err(e2s)?;
+            let (kn_gpu, vn_gpu) = (dev.upload(&kn).map_err(e2s)?, dev.upload(&vn).map_err(e2s)?);
+            if lens.iter().any(|&l| l as usize + n > cap) {
+                return Err("test case overflows".into());
+            }
+            dev.append_kv(
+                kc_gpu.view_mut(cache_l),
+                vc_gpu.view_mut(cache_l),
+                kn_gpu.view(new_l),
+                vn_gpu.view(new_l),
+                &lens,
+                table.as_ref(),
+            )
+            .map_err(e2s)?;
+            cpu::append_kv(
+                cpu::HostTensorMut { data: &mut kc, layout: cache_l },
+                cpu::HostTensorMut { data: &mut vc, layout: cache_l },
+                cpu::HostTensor { data: &kn, layout: new_l },
+                cpu::HostTensor { data: &vn, layout: new_l },
+                &lens,
+                table.as_ref(),
+            )
+            .map_err(e2s)?;
+            let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<_>>();
+            let (kg, vg) = (dev.download(&kc_gpu).map_err(e2s)?, dev.download(&vc_gpu).map_err(e2s)?);
+            if bits(&kg) != bits(&kc) || bits(&vg) != bits(&vc) {
+                return Err(format!(
+                    "{} append (paged {paged}, n {n}, lens {lens:?}) differs from the CPU's",
+                    T::DTYPE
+                ));
+            }
+            // One token more than the fullest entry has room for: refused, nothing written.
+            let full: Vec<u32> = vec![(cap - n + 1) as u32, 0, 0];
+            let before = dev.download(&kc_gpu).map_err(e2s)?;
+            let r = dev.append_kv(
+                kc_gpu.view_mut(cache_l),
+                vc_gpu.view_mut(cache_l),
+                kn_gpu.view(new_l),
+                vn_gpu.view(new_l),
+                &full,
+                table.as_ref(),
+            );
+            if !matches!(r, Err(Error::InvalidInput(InvalidInput::CacheFull { entry: 0, .. }))) {
+                return Err(format!("an overflowing append was not refused: {r:?}"));
+            }
+            if bits(&dev.download(&kc_gpu).map_err(e2s)?) != bits(&before) {
+                return Err("a refused append wrote to the cache".into());
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Everything that exists only on the GPU: the kernels and the thin wrappers over PTX
 //! instructions that they are written with.
 
+mod append;
 pub mod arch;
 mod combine;
 mod fill;
