@@ -4,8 +4,8 @@
 //! K and V read once. The measurements behind the split-KV rule (`kernels-gpu/NOTES.md`).
 //! With `--cache`, instead: the planner's choice without and with `cache_seqlens` (every entry
 //! using its whole cache, then caches of twice the capacity half used), and the same memory as a
-//! paged cache (`block_table`, pages of 16 and 256 tokens in shuffled order), which should read K
-//! and V at the same speed. Needs a GPU.
+//! paged cache (`block_table`: pages of 16 and 256 tokens in shuffled order, and of 16 in order),
+//! which should read K and V at the same speed. Needs a GPU.
 //!
 //! ```text
 //! cargo run --release --example decode [-- --quick] [-- --cache]
@@ -86,18 +86,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // The same memory as pools of 16- and 256-token pages, the pages of each entry
                 // scattered over the whole pool (a shuffled table).
                 let mut paged = String::new();
-                for page in [16usize, 256] {
+                // Pages of 16 in order too (the table names the contiguous cache's own memory):
+                // against the shuffled table it separates the page-index loads' cost from that
+                // of scattered 32 KiB fragments.
+                for (page, shuffled) in [(16usize, true), (16, false), (256, true)] {
                     let pages = b * nk / page;
                     let mut order: Vec<u32> = (0..pages as u32).collect();
                     use rand::seq::SliceRandom;
-                    order.shuffle(&mut rng);
+                    if shuffled {
+                        order.shuffle(&mut rng);
+                    }
                     let table =
                         flashattn::BlockTable { page_size: page, pages_per_entry: nk / page, pages: order };
                     let opts = AttentionOptions { block_table: Some(table), ..base.clone() };
                     let pool = Layout::bshd(pages, page, hk, d);
                     let ms_paged = time(&dev, &sets, &q, &mut out, (lq, pool), &opts, reps)?;
                     paged += &format!(
-                        " | paged {page} {:.3} ms {:.2} TB/s ({:+.1}%)",
+                        " | paged {page}{} {:.3} ms {:.2} TB/s ({:+.1}%)",
+                        if shuffled { "" } else { " in order" },
                         ms_paged,
                         tbs(ms_paged),
                         100.0 * (ms_paged / ms - 1.0)
