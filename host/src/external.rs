@@ -471,18 +471,7 @@ impl Device {
             &before,
             opts.block_table.as_ref(),
         )?;
-        let mut extents = vec![
-            tensor_extent("q", &t.q, dtype, true, false)?,
-            tensor_extent("k_cache", &t.k, dtype, true, true)?,
-            tensor_extent("v_cache", &t.v, dtype, true, true)?,
-            tensor_extent("out", &t.out, dtype, true, true)?,
-            tensor_extent("k", &k_new, dtype, true, false)?,
-            tensor_extent("v", &v_new, dtype, true, false)?,
-        ];
-        if let Some(lse) = &t.lse {
-            extents.push(lse_extent(lse, &t.q.layout, true)?);
-        }
-        check_disjoint(&extents)?;
+        let extents = kvcache_extents(dtype, t, (&k_new, &v_new), true)?;
         let grown = AttentionOptions {
             cache_seqlens: Some(before.iter().map(|&l| l.saturating_add(n)).collect()),
             ..opts.clone()
@@ -694,20 +683,33 @@ pub unsafe fn cpu_attention_with_kvcache(
         return unsafe { cpu_attention(dtype, tensors, opts) };
     };
     let t = tensors;
+    let extents = kvcache_extents(dtype, t, (&k_new, &v_new), false)?;
+    // SAFETY: the caller's contract, on extents checked for alignment and overlap.
+    unsafe { with_element!(dtype, cpu_kvcache, t, (k_new.layout, v_new.layout), &extents, opts) }
+}
+
+/// The extents of an append-then-attend call, in this order: q, k_cache, v_cache, out, k, v
+/// and the log-sum-exp if any (the caches are outputs too), checked for alignment, for device
+/// or host memory (`on_gpu`), and that no output overlaps another tensor.
+fn kvcache_extents(
+    dtype: DType,
+    t: &ForwardTensors,
+    (k_new, v_new): (&ExternalTensor, &ExternalTensor),
+    on_gpu: bool,
+) -> Result<Vec<Extent>, InvalidInput> {
     let mut extents = vec![
-        tensor_extent("q", &t.q, dtype, false, false)?,
-        tensor_extent("k_cache", &t.k, dtype, false, true)?,
-        tensor_extent("v_cache", &t.v, dtype, false, true)?,
-        tensor_extent("out", &t.out, dtype, false, true)?,
-        tensor_extent("k", &k_new, dtype, false, false)?,
-        tensor_extent("v", &v_new, dtype, false, false)?,
+        tensor_extent("q", &t.q, dtype, on_gpu, false)?,
+        tensor_extent("k_cache", &t.k, dtype, on_gpu, true)?,
+        tensor_extent("v_cache", &t.v, dtype, on_gpu, true)?,
+        tensor_extent("out", &t.out, dtype, on_gpu, true)?,
+        tensor_extent("k", k_new, dtype, on_gpu, false)?,
+        tensor_extent("v", v_new, dtype, on_gpu, false)?,
     ];
     if let Some(lse) = &t.lse {
         extents.push(lse_extent(lse, &t.q.layout, true)?);
     }
     check_disjoint(&extents)?;
-    // SAFETY: the caller's contract, on extents checked for alignment and overlap.
-    unsafe { with_element!(dtype, cpu_kvcache, t, (k_new.layout, v_new.layout), &extents, opts) }
+    Ok(extents)
 }
 
 /// # Safety

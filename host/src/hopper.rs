@@ -110,8 +110,9 @@ fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys:
 }
 
 impl Device {
-    /// Runs a planned `Method::FlashHopper` call: encodes the three maps, copies them to the
-    /// device (one small allocation, freed in stream order after the kernel) and launches.
+    /// Runs a planned `Method::FlashHopper` call: encodes the three maps, finds them kept on the
+    /// device or copies them there ([`TensorMapCache`]: a first sighting's copy is freed in
+    /// stream order after the kernel) and launches.
     pub(crate) fn run_wgmma(
         &self,
         stream: &Arc<CudaStream>,

@@ -23,25 +23,7 @@ fn cases<T: Element>(nq: usize, causal: bool) -> (Case<T>, Case<T>) {
     let contiguous = Case::<T>::random(&mut StdRng::seed_from_u64(11 + nq as u64), &s);
     // 3 entries × 3 page slots over a pool of 11 pages, shuffled; pages 0 and 5 unused.
     let table = BlockTable { page_size: PAGE, pages_per_entry: 3, pages: vec![7, 2, 9, 1, 4, 10, 3, 8, 6] };
-    let pool = Layout::bshd(11, PAGE, hk, d);
-    let p = &contiguous.problem;
-    let nan = T::from_f32(f32::NAN);
-    let (mut kp, mut vp) = (vec![nan; pool.required_len().unwrap()], vec![nan; pool.required_len().unwrap()]);
-    for e in 0..b {
-        for j in 0..cap {
-            let (page, row) = table.locate(e, j);
-            for h in 0..hk {
-                let (src, dst) = (p.k().offset(e, j, h), pool.offset(page, row, h));
-                kp[dst..dst + d].copy_from_slice(&contiguous.k[src..src + d]);
-                let (src, dst) = (p.v().offset(e, j, h), pool.offset(page, row, h));
-                vp[dst..dst + d].copy_from_slice(&contiguous.v[src..src + d]);
-            }
-        }
-    }
-    let opts = AttentionOptions { block_table: Some(table), ..contiguous.opts.clone() };
-    let paged =
-        Case::from_data([*p.q(), pool, pool, *p.o()], opts, contiguous.values, contiguous.q.clone(), kp, vp)
-            .expect("a valid paged problem");
+    let paged = contiguous.paged(table, 11).expect("a valid paged problem");
     (contiguous, paged)
 }
 

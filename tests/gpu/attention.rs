@@ -729,18 +729,9 @@ fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
         });
     }
     for s in &specs {
-        let mut case = Case::<T>::random(&mut case_rng(), s);
-        let p = case.problem.clone();
-        let lens = s.cache_seqlens.clone().unwrap_or_default();
-        for (b, &len) in lens.iter().enumerate() {
-            for t in len as usize..p.k().seqlen {
-                for h in 0..p.k().heads {
-                    let (ko, vo) = (p.k().offset(b, t, h), p.v().offset(b, t, h));
-                    case.k[ko..ko + s.head_dim].fill(T::from_f32(f32::NAN));
-                    case.v[vo..vo + s.head_dim].fill(T::from_f32(f32::NAN));
-                }
-            }
-        }
+        // (`Case::random` leaves the slots past each entry's length NaN.)
+        let case = Case::<T>::random(&mut case_rng(), s);
+        let p = &case.problem;
         let plan = dev.plan::<T>(&case.problem, &case.opts).map_err(e2s)?;
         let decode = s.head_dim % 8 == 0 && p.q().seqlen <= 7;
         let want = if decode { Method::FlashTensorCore } else { Method::Flash };
@@ -778,7 +769,6 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             s.cache_seqlens = with_lens.then(|| lens.clone());
             s.splits = splits;
             let contiguous = Case::<T>::random(&mut rng, &s);
-            let p = &contiguous.problem;
             let spare = 3;
             let mut order: Vec<u32> = (0..(b * ppe + spare) as u32).collect();
             order.shuffle(&mut rng);
@@ -787,32 +777,9 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
                 pages_per_entry: ppe,
                 pages: order[..b * ppe].to_vec(),
             };
-            let pool = flashattn::Layout::bshd(b * ppe + spare, page, kv_heads, d);
-            let nan = T::from_f32(f32::NAN);
-            let (mut kp, mut vp) =
-                (vec![nan; pool.required_len().unwrap_or(0)], vec![nan; pool.required_len().unwrap_or(0)]);
-            for (e, &len) in lens.iter().enumerate() {
-                let used = if with_lens { len as usize } else { cap };
-                for j in 0..used {
-                    let (pg, row) = table.locate(e, j);
-                    for h in 0..kv_heads {
-                        let (src, dst) = (p.k().offset(e, j, h), pool.offset(pg, row, h));
-                        kp[dst..dst + d].copy_from_slice(&contiguous.k[src..src + d]);
-                        let (src, dst) = (p.v().offset(e, j, h), pool.offset(pg, row, h));
-                        vp[dst..dst + d].copy_from_slice(&contiguous.v[src..src + d]);
-                    }
-                }
-            }
-            let opts = AttentionOptions { block_table: Some(table), ..contiguous.opts.clone() };
-            let case = Case::from_data(
-                [*p.q(), pool, pool, *p.o()],
-                opts,
-                contiguous.values,
-                contiguous.q.clone(),
-                kp,
-                vp,
-            )
-            .map_err(|e| format!("building a paged case: {e}"))?;
+            let case = contiguous
+                .paged(table, b * ppe + spare)
+                .map_err(|e| format!("building a paged case: {e}"))?;
             let plan = dev.plan::<T>(&case.problem, &case.opts).map_err(e2s)?;
             if plan.method != Method::FlashTensorCore {
                 return Err(format!("a paged cache case planned as {plan}:\n{case}"));

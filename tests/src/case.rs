@@ -324,8 +324,11 @@ impl<T: Element> Case<T> {
             opts.scale = Some(1000.0 / ((d as f32).sqrt() * 64.0 / 3.0));
         }
         // Token ranges (batch index, first token, tokens) of Q and of K/V that sequences address.
+        // A K/V cache's entries address only their first `cache_seqlens[b]` keys: the slots
+        // past them stay NaN, so an implementation that reads one shows it.
+        let k_len = |b: usize| opts.cache_seqlens.as_ref().map_or(lk.seqlen, |l| l[b] as usize);
         let (q_rows, k_rows): (Vec<_>, Vec<_>) = match &opts.varlen {
-            None => (0..lq.batch).map(|b| ((b, 0, lq.seqlen), (b, 0, lk.seqlen))).unzip(),
+            None => (0..lq.batch).map(|b| ((b, 0, lq.seqlen), (b, 0, k_len(b)))).unzip(),
             Some(vl) => (0..vl.batch())
                 .map(|i| {
                     let (nq, nk) = vl.lens(i);
@@ -374,6 +377,34 @@ impl<T: Element> Case<T> {
             oracle::attention_f64(&problem, &oracle::widen(&q), &oracle::widen(&k), &oracle::widen(&v));
         let baseline = oracle::baseline(&problem, &q, &k, &v);
         Ok(Case { problem, opts, values, q, k, v, reference, baseline })
+    }
+
+    /// The same problem and data with K and V moved into a pool of `pool_pages` pages read
+    /// through `table` (a paged cache, [`AttentionOptions::block_table`]): entry `b`'s token `j`
+    /// goes to row `j % page_size` of page `table.pages[b·pages_per_entry + j / page_size]`.
+    /// Pages no entry names, and rows past each entry's keys, are NaN. The case must be a
+    /// fixed-length batch whose K/V capacity is the table's (`pages_per_entry · page_size`).
+    pub fn paged(&self, table: flashattn::BlockTable, pool_pages: usize) -> Result<Case<T>, InvalidInput> {
+        let p = &self.problem;
+        let (k, v) = (*p.k(), *p.v());
+        let pool = Layout::bshd(pool_pages, table.page_size, k.heads, k.head_dim);
+        let mut kp =
+            vec![nan::<T>(); pool.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: "k" })?];
+        let mut vp = kp.clone();
+        let d = k.head_dim;
+        for s in p.sequences() {
+            for j in 0..s.len_k {
+                let (page, row) = table.locate(s.batch_index, j);
+                for h in 0..k.heads {
+                    let dst = pool.offset(page, row, h);
+                    let (ks, vs) = (k.offset(s.batch_index, j, h), v.offset(s.batch_index, j, h));
+                    kp[dst..dst + d].copy_from_slice(&self.k[ks..ks + d]);
+                    vp[dst..dst + d].copy_from_slice(&self.v[vs..vs + d]);
+                }
+            }
+        }
+        let opts = AttentionOptions { block_table: Some(table), ..self.opts.clone() };
+        Case::from_data([*p.q(), pool, pool, *p.o()], opts, self.values, self.q.clone(), kp, vp)
     }
 
     /// Elements of the output buffer.
