@@ -282,50 +282,32 @@ impl BwdConfig {
         p
     }
 
-    /// Query tiles (for the dQ product) each warp shares with others: the dQ tile's
-    /// `BWD_BLOCK_M / 16` row slabs are spread over the warps, each slab's columns over
-    /// `warps / slabs` warps.
-    pub const fn dq_column_groups(&self) -> u32 {
-        self.warps / (BWD_BLOCK_M / 16)
+    /// Warps along the keys in the score products (`S = Q·Kᵀ`, `dP = dO·Vᵀ`): the block's
+    /// [`BWD_BLOCK_M`] × `block_n` scores are split 2 × `warps / 2`, each warp 32 queries × 32
+    /// keys (16 accumulator tiles for S and dP together: independent `mma` chains).
+    pub const fn score_key_warps(&self) -> u32 {
+        self.warps / 2
     }
 
-    /// Queries per pass of the main kernel's score products (`Sᵀ`, `dPᵀ`, then dK and dV): the
-    /// whole step of [`BWD_BLOCK_M`], or 16 for head dims above 64, where dK and dV already
-    /// take 128 registers a thread (with 32, ptxas spilled on sm_90a).
-    pub const fn query_chunk(&self) -> u32 {
-        if self.head_dim > 64 {
-            16
-        } else if self.head_dim > 32 {
-            BWD_BLOCK_M / 2
-        } else {
-            BWD_BLOCK_M
-        }
+    /// Warps along the keys in the key-side products (`dV += Pᵀ·dO`, `dK += dSᵀ·Q`): 32 keys
+    /// each, the head dim split over the rest.
+    pub const fn kv_key_warps(&self) -> u32 {
+        self.block_n() / 32
     }
 
-    /// Whether each warp keeps its 16 keys' K and V rows in registers as A fragments for the
-    /// whole block (`head_dim / 2` registers) instead of reloading them from shared memory for
-    /// every pass of every step: where passes are short (head dims above 64, 16 queries a pass),
-    /// the reloads were a quarter of the kernel's `ldmatrix` (NOTES.md, backward).
-    pub const fn kv_in_registers(&self) -> bool {
-        // (Not in the window instances: the window's bounds need the registers, and ptxas
-        // spilled at d = 128; the reloads cost 1–4%, `NOTES.md` b3.)
-        self.head_dim > 64 && self.window == 0
-    }
-
-    /// Column tiles (8 columns each) of a warp's dQ share per pass of the dQ product: all of
-    /// them, or 4 where K and V stay in registers (fewer accumulators live beside them).
-    pub const fn dq_pass_tiles(&self) -> u32 {
-        let all = self.head_dim / 8 / self.dq_column_groups();
-        if self.kv_in_registers() && all > 4 { 4 } else { all }
+    /// Warps along the queries in `dQ += dS·K`: 16 queries each, the head dim split over the
+    /// rest.
+    pub const fn dq_query_warps(&self) -> u32 {
+        BWD_BLOCK_M / 16
     }
 
     /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
-    /// tiles ([`BWD_BLOCK_M`] rows), the dSᵀ tile (`block_n × BWD_BLOCK_M`, 16-bit) and two
-    /// stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16 bytes
-    /// a row).
+    /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit) and
+    /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
+    /// bytes a row).
     pub const fn shared_bytes(&self) -> u32 {
         2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
-            + 2 * self.block_n() * BWD_BLOCK_M
+            + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
     }
 
@@ -349,7 +331,9 @@ impl BwdConfig {
             && (self.warps == 4 || self.warps == 8)
             && self.threads() % (self.pitch() / 8) == 0
             && BWD_PREP_THREADS % (self.pitch() / 8) == 0
-            && (self.head_dim / 8) % (2 * self.dq_column_groups()) == 0
+            && BWD_BLOCK_M == 64
+            && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
+            && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
             && self.prep_shared_bytes() <= HOPPER_SHARED_LIMIT

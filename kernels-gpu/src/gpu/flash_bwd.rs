@@ -264,10 +264,50 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
     cp_async::wait::<0>();
 }
 
+/// `acc += A·Bᵀ` over the head dim, for one warp's `MT` 16-row slabs of the `[m][k]` tile `a`
+/// and `NT` 8-row tiles of the `[n][k]` tile `b` (both swizzled, `chunks` a row; the lanes'
+/// addresses as [`a_rows`] and [`b_rows`] give them): `MT·NT` independent accumulator chains.
+///
+/// # Safety
+/// The addressed rows must lie inside the tiles.
+#[inline(always)]
+unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT: usize>(
+    acc: &mut [[[f32; 4]; NT]; MT],
+    (a_tile, ar): (u32, &FragRows),
+    (b_tile, br): (u32, &FragRows),
+    chunks: u32,
+) {
+    for kk in 0..D / 16 {
+        let mut a = [[0u32; 4]; MT];
+        for (mt, am) in a.iter_mut().enumerate() {
+            // SAFETY: forwarded contract; 16-byte aligned.
+            *am = unsafe { ldmatrix::x4(ar.at(a_tile, mt, kk, chunks)) };
+        }
+        for np in 0..NT / 2 {
+            // SAFETY: as above.
+            let b = unsafe { ldmatrix::x4(br.at(b_tile, np, kk, chunks)) };
+            for mt in 0..MT {
+                E::mma(&mut acc[mt][2 * np], &a[mt], b[0], b[1]);
+                E::mma(&mut acc[mt][2 * np + 1], &a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
 /// The main kernel: block `x`'s `BN` keys of K/V head `y`, sequence `z`. Const parameters:
-/// `D`/`PD` as [`bwd_prep`], `W` warps, `BN = 16·W` keys, `T = 32·W` threads, `DT = D/8`
-/// column tiles of dK/dV, `DQT` column tiles of dQ per warp, `QT` column tiles (8 queries each) per pass of
-/// the score products ([`BwdConfig::query_chunk`]).
+/// `D`/`PD` as [`bwd_prep`], `W` warps, `BN = 16·W` keys, `T = 32·W` threads; the warp grids
+/// of the three products ([`BwdConfig`]): scores `S`, `dP` split `(W / WN1)` queries ×
+/// `WN1` keys (`MT1` 16-row × `NT1` 8-column tiles a warp), `dV`/`dK` split `WK3` keys ×
+/// `W / WK3` columns (`MT3` × `NT3` tiles), `dQ` split `WQ4` queries × `W / WQ4` columns
+/// (`NT4` tiles).
+///
+/// Per step (one query tile of one query head), FlashAttention-2's order:
+/// 1. `S = Q·Kᵀ` and `dP = dO·Vᵀ` with the queries as the A operand (the preprocessing kernel's
+///    and the forward's operand order, so the scores are computed the same way), then P and dS
+///    on the accumulators, stored to shared memory in the element type;
+/// 2. `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A operands read transposed from the P and dS tiles),
+///    accumulated in registers across all steps;
+/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add`.
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -280,26 +320,26 @@ unsafe fn bwd_main<
     const W: usize,
     const BN: usize,
     const T: usize,
-    const DT: usize,
-    const DQT: usize,
-    const QT: usize,
-    const KVR: bool,
-    const KK: usize,
-    const DQC: usize,
+    const WN1: usize,
+    const MT1: usize,
+    const NT1: usize,
+    const WK3: usize,
+    const MT3: usize,
+    const NT3: usize,
+    const WQ4: usize,
+    const NT4: usize,
     const WIN: bool,
 >(
     bp: &BwdParams,
 ) {
     const {
-        assert!(BM % (8 * QT) == 0 && QT % 2 == 0);
-        assert!(if KVR { KK * 16 == D } else { KK == 1 });
-        assert!(DQT % DQC == 0 && DQC % 2 == 0);
-        assert!(BN == 16 * W && T == 32 * W && DT * 8 == D && D % 16 == 0 && PD >= D);
-        assert!(W % (BM / 16) == 0 && DQT * (W / (BM / 16)) == DT && DQT % 2 == 0);
-        // Each warp's dQ columns start at a whole group of four 16-column pairs (the swizzle's
-        // period), or there is one group.
-        assert!(W == BM / 16 || (DQT / 2) % 4 == 0);
+        assert!(BN == 16 * W && T == 32 * W && D % 16 == 0 && PD >= D);
+        assert!(W % WN1 == 0 && MT1 * 16 * (W / WN1) == BM && NT1 * 8 * WN1 == BN && NT1 % 2 == 0);
+        assert!(W % WK3 == 0 && MT3 * 16 * WK3 == BN && NT3 * 8 * (W / WK3) == D && NT3 % 2 == 0);
+        assert!(W % WQ4 == 0 && 16 * WQ4 == BM && NT4 * 8 * (W / WQ4) == D && NT4 % 2 == 0);
         assert!(T % (PD / 8) == 0 && BM % (T / (PD / 8)) == 0 && BN % (T / (PD / 8)) == 0);
+        // The P and dS tiles hold whole swizzle periods (8 chunks) a row.
+        assert!(BN % 64 == 0);
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -314,15 +354,18 @@ unsafe fn bwd_main<
         return;
     }
     let chunks = PD as u32 / 8;
-    let ds_chunks = BM as u32 / 8;
-    // Shared memory: K, V; two stages of (Q, dO); the dSᵀ tile; two stages of row statistics.
+    // P and dS tiles: BM rows (queries) of BN keys.
+    let pc = BN as u32 / 8;
+    // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
+    // statistics.
     let tile_bytes = |rows: usize| 2 * (rows * PD) as u32;
     let layout = || {
         let k_tile = shared::base();
         let v_tile = k_tile + tile_bytes(BN);
         let stages = v_tile + tile_bytes(BN);
-        let ds_tile = stages + 4 * tile_bytes(BM);
-        (k_tile, v_tile, stages, ds_tile, ds_tile + 2 * (BN * BM) as u32)
+        let p_tile = stages + 4 * tile_bytes(BM);
+        let ds_tile = p_tile + 2 * (BN * BM) as u32;
+        (k_tile, v_tile, stages, p_tile, ds_tile, ds_tile + 2 * (BN * BM) as u32)
     };
     let q_tile = |stages: u32, s: u32| stages + s * 2 * tile_bytes(BM);
 
@@ -345,7 +388,7 @@ unsafe fn bwd_main<
     // probabilities).
     let load_step = |it: u32, s: u32| {
         let (h, m0) = step(it);
-        let (_, _, stages, _, rows) = layout();
+        let (_, _, stages, _, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
         unsafe {
             load_tile::<BM, PD, T, PAD_CHUNKS>(q_tile(stages, s), HeadRows::queries(p, &seq, h), m0);
@@ -379,7 +422,7 @@ unsafe fn bwd_main<
         }
     };
 
-    let (k_tile, v_tile, _, _, _) = layout();
+    let (k_tile, v_tile, _, _, _, _) = layout();
     // SAFETY: as above.
     unsafe {
         load_tile::<BN, PD, T, PAD_CHUNKS>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
@@ -390,135 +433,129 @@ unsafe fn bwd_main<
     }
     cp_async::commit();
 
-    // With KVR, this warp's K and V rows stay in registers as A fragments for the whole block
-    // (they are the same for every step), loaded once the first copies have landed.
-    let mut kv_frags = [[[0u32; 4]; KK]; 2];
-    if KVR && steps > 0 {
-        cp_async::wait::<0>();
-        sync_threads();
-        let ar = a_rows(lane, 16 * warp, chunks);
-        let [kf, vf] = &mut kv_frags;
-        for (kk, (k, v)) in kf.iter_mut().zip(vf.iter_mut()).enumerate() {
-            // SAFETY: inside the K and V tiles, 16-byte aligned.
-            unsafe {
-                *k = ldmatrix::x4(ar.at(k_tile, 0, kk, chunks));
-                *v = ldmatrix::x4(ar.at(v_tile, 0, kk, chunks));
-            }
-        }
-    }
-    let mut dk = [[0.0f32; 4]; DT];
-    let mut dv = [[0.0f32; 4]; DT];
-    let key0 = n0 + 16 * warp;
+    // This warp's dK and dV tiles: keys `32·(warp % WK3)…`, columns `(D / (W / WK3))·(warp / WK3)…`.
+    let mut dk = [[[0.0f32; 4]; NT3]; MT3];
+    let mut dv = [[[0.0f32; 4]; NT3]; MT3];
     for it in 0..steps {
         let s = it % 2;
         let (h, m0) = step(it);
         cp_async::wait::<0>();
-        sync_threads(); // step `it` visible; every warp is done with step it−1 (dSᵀ, the other stage)
+        // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
+        sync_threads();
         if it + 1 < steps {
             load_step(it + 1, 1 - s);
         }
         cp_async::commit();
-        let (k_tile, v_tile, stages, ds_tile, rows) = layout();
+        let (k_tile, v_tile, stages, p_tile, ds_tile, rows) = layout();
         let (qt, dot) = (q_tile(stages, s), q_tile(stages, s) + tile_bytes(BM));
         let tid_o = thread_x_opaque();
         let (lane_o, warp_o) = (tid_o % 32, tid_o / 32);
-        let (ar, br, tr) =
-            (a_rows(lane_o, 16 * warp_o, chunks), b_rows(lane_o, chunks), a_rows(lane_o, 0, chunks));
 
-        // In passes of 8·QT queries (fewer accumulators live beside dK and dV):
-        for qh in 0..BM / (8 * QT) {
-            // Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ: this warp's 16 keys × 8·QT queries.
-            let mut st = [[0.0f32; 4]; QT];
-            let mut dpt = [[0.0f32; 4]; QT];
-            for kk in 0..D / 16 {
-                let (ak, av) = if KVR {
-                    (kv_frags[0][kk], kv_frags[1][kk])
-                } else {
-                    // SAFETY: inside the tiles, 16-byte aligned.
-                    unsafe {
-                        (
-                            ldmatrix::x4(ar.at(k_tile, 0, kk, chunks)),
-                            ldmatrix::x4(ar.at(v_tile, 0, kk, chunks)),
-                        )
-                    }
-                };
-                for np in 0..QT / 2 {
-                    let slab = qh * QT / 2 + np;
-                    // SAFETY: as above.
-                    let bq = unsafe { ldmatrix::x4(br.at(qt, slab, kk, chunks)) };
-                    E::mma(&mut st[2 * np], &ak, bq[0], bq[1]);
-                    E::mma(&mut st[2 * np + 1], &ak, bq[2], bq[3]);
-                    // SAFETY: as above.
-                    let bo = unsafe { ldmatrix::x4(br.at(dot, slab, kk, chunks)) };
-                    E::mma(&mut dpt[2 * np], &av, bo[0], bo[1]);
-                    E::mma(&mut dpt[2 * np + 1], &av, bo[2], bo[3]);
-                }
+        // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
+        {
+            let (wm, wn) = (warp_o / WN1 as u32, warp_o % WN1 as u32);
+            let (q0, k0) = (wm * (16 * MT1) as u32, wn * (8 * NT1) as u32);
+            let ar = a_rows(lane_o, q0, chunks);
+            let br = FragRows::new(k0 + (lane_o % 8) + 8 * (lane_o / 16), (lane_o / 8) % 2, chunks);
+            let mut sc = [[[0.0f32; 4]; NT1]; MT1];
+            let mut dp = [[[0.0f32; 4]; NT1]; MT1];
+            // S first, then dP (one A operand's fragments live at a time: fewer registers beside
+            // dK and dV; each loop still has MT1·NT1 independent accumulator chains).
+            // SAFETY: inside the Q, K, dO and V tiles.
+            unsafe {
+                tile_product::<E, D, MT1, NT1>(&mut sc, (qt, &ar), (k_tile, &br), chunks);
+                tile_product::<E, D, MT1, NT1>(&mut dp, (dot, &ar), (v_tile, &br), chunks);
             }
-            // P (normalised; 0 where masked) and dS, in place: rows are keys, columns queries.
-            for (nt, (sn, dn)) in st.iter_mut().zip(dpt.iter_mut()).enumerate() {
-                for e in 0..2 {
-                    let qc = (8 * (qh * QT + nt)) as u32 + 2 * t4 + e as u32;
+            // P (normalised; 0 where masked) and dS, stored as the element type.
+            for mt in 0..MT1 {
+                for half in 0..2 {
+                    let qr = q0 + 16 * mt as u32 + g + 8 * half as u32;
                     // SAFETY: inside the statistics stage, 16-byte aligned.
                     let [lse, inv, pivot, d_rel] =
-                        unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qc) };
+                        unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qr) };
                     let (begin, limit) = if WIN {
                         (
-                            mask::row_key_begin(m0 + qc, seq.len_q, seq.len_k, p.window_left),
-                            mask::row_key_end(m0 + qc, seq.len_q, seq.len_k, causal, p.window_right),
+                            mask::row_key_begin(m0 + qr, seq.len_q, seq.len_k, p.window_left),
+                            mask::row_key_end(m0 + qr, seq.len_q, seq.len_k, causal, p.window_right),
                         )
                     } else {
-                        (0, mask::key_end(m0 + qc + 1, seq.len_q, seq.len_k, causal))
+                        (0, mask::key_end(m0 + qr + 1, seq.len_q, seq.len_k, causal))
                     };
-                    for half in 0..2 {
-                        let key = key0 + g + 8 * half as u32;
-                        let x = sn[2 * half + e];
-                        let pr = if key < limit && key >= begin && inv > 0.0 {
-                            prob_from_lse(x, p.scale_log2, lse) * inv
-                        } else {
-                            0.0
-                        };
-                        sn[2 * half + e] = pr;
-                        dn[2 * half + e] = GradRow::ds(pr, dn[2 * half + e], pivot, d_rel);
+                    for nt in 0..NT1 {
+                        let mut pr = [0.0f32; 2];
+                        let mut ds = [0.0f32; 2];
+                        for e in 0..2 {
+                            let key = n0 + k0 + 8 * nt as u32 + 2 * t4 + e as u32;
+                            let x = sc[mt][nt][2 * half + e];
+                            pr[e] = if key < limit && key >= begin && inv > 0.0 {
+                                prob_from_lse(x, p.scale_log2, lse) * inv
+                            } else {
+                                0.0
+                            };
+                            ds[e] = GradRow::ds(pr[e], dp[mt][nt][2 * half + e], pivot, d_rel);
+                        }
+                        let at = swizzle(qr, k0 / 8 + nt as u32, pc) + 4 * t4;
+                        // SAFETY: row qr < BM, chunk < BN/8 of the P and dS tiles.
+                        unsafe {
+                            shared::store_u32(p_tile + at, E::pack(pr[0], pr[1]));
+                            shared::store_u32(ds_tile + at, E::pack(ds[0], ds[1]));
+                        }
                     }
-                }
-            }
-            // dV += Pᵀ·dO and dK += dSᵀ·Q: the queries are the reduction; P and dS repacked as A.
-            for ks in 0..QT / 2 {
-                let slab = qh * QT / 2 + ks;
-                let ap = E::acc_to_a(&st[2 * ks], &st[2 * ks + 1]);
-                let ads = E::acc_to_a(&dpt[2 * ks], &dpt[2 * ks + 1]);
-                for dp2 in 0..DT / 2 {
-                    // SAFETY: inside the tiles.
-                    let bo = unsafe { ldmatrix::x4_trans(tr.at(dot, slab, dp2, chunks)) };
-                    E::mma(&mut dv[2 * dp2], &ap, bo[0], bo[1]);
-                    E::mma(&mut dv[2 * dp2 + 1], &ap, bo[2], bo[3]);
-                    // SAFETY: as above.
-                    let bq = unsafe { ldmatrix::x4_trans(tr.at(qt, slab, dp2, chunks)) };
-                    E::mma(&mut dk[2 * dp2], &ads, bq[0], bq[1]);
-                    E::mma(&mut dk[2 * dp2 + 1], &ads, bq[2], bq[3]);
-                }
-            }
-            // dSᵀ to shared memory (keys × queries, 16-bit), for dQ = dS·K across the warps' keys.
-            for (nt, dn) in dpt.iter().enumerate() {
-                for half in 0..2 {
-                    let row = 16 * warp_o + g + 8 * half as u32;
-                    let packed = E::pack(dn[2 * half], dn[2 * half + 1]);
-                    let chunk = (qh * QT + nt) as u32;
-                    // SAFETY: row < BN, chunk < BM/8 of the dSᵀ tile.
-                    unsafe {
-                        shared::store_u32(ds_tile + swizzle(row, chunk, ds_chunks) + 4 * (lane_o % 4), packed)
-                    };
                 }
             }
         }
-        sync_threads();
-        // dQ (BM × D) += dS·K: warp w takes query slab w % (BM/16), column group w / (BM/16).
-        // (The slab and group are lane-independent but not compile-time: they go into the base
-        // addresses, not into `FragRows::at`'s pair index, which would then index its
-        // swizzle table at run time, from local memory.)
-        let (qs, cg) = (warp_o % (BM / 16) as u32, warp_o / (BM / 16) as u32);
-        let dsr = FragRows::new((lane_o % 8) + 8 * (lane_o / 16), (lane_o / 8) % 2 + 2 * qs, ds_chunks);
-        let k_cols = k_tile + 32 * cg * (DQT / 2) as u32;
+        sync_threads(); // P and dS visible to every warp
+
+        // 2. dV += Pᵀ·dO and dK += dSᵀ·Q: the queries are the reduction; Pᵀ and dSᵀ are A
+        //    operands read transposed from the [query][key] tiles.
+        {
+            let (wk, wd) = (warp_o % WK3 as u32, warp_o / WK3 as u32);
+            let (k0, c0) = (wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
+            let pr = FragRows::new((lane_o % 8) + 8 * (lane_o / 16), k0 / 8 + (lane_o / 8) % 2, pc);
+            let tr = FragRows::new((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0 / 8 + lane_o / 16, chunks);
+            for ks in 0..BM / 16 {
+                let mut ap = [[0u32; 4]; MT3];
+                let mut ads = [[0u32; 4]; MT3];
+                for mt in 0..MT3 {
+                    // SAFETY: inside the P and dS tiles.
+                    unsafe {
+                        ap[mt] = ldmatrix::x4_trans(pr.at(p_tile, ks, mt, pc));
+                        ads[mt] = ldmatrix::x4_trans(pr.at(ds_tile, ks, mt, pc));
+                    }
+                }
+                for np in 0..NT3 / 2 {
+                    // SAFETY: inside the dO tile.
+                    let bo = unsafe { ldmatrix::x4_trans(tr.at(dot, ks, np, chunks)) };
+                    for mt in 0..MT3 {
+                        E::mma(&mut dv[mt][2 * np], &ap[mt], bo[0], bo[1]);
+                        E::mma(&mut dv[mt][2 * np + 1], &ap[mt], bo[2], bo[3]);
+                    }
+                    // SAFETY: inside the Q tile.
+                    let bq = unsafe { ldmatrix::x4_trans(tr.at(qt, ks, np, chunks)) };
+                    for mt in 0..MT3 {
+                        E::mma(&mut dk[mt][2 * np], &ads[mt], bq[0], bq[1]);
+                        E::mma(&mut dk[mt][2 * np + 1], &ads[mt], bq[2], bq[3]);
+                    }
+                }
+            }
+        }
+
+        // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4.
+        let (qs, cg) = (warp_o % WQ4 as u32, warp_o / WQ4 as u32);
+        let c0 = cg * (8 * NT4) as u32;
+        let dsr = a_rows(lane_o, 16 * qs, pc);
+        let kr = FragRows::new((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0 / 8 + lane_o / 16, chunks);
+        let mut acc = [[0.0f32; 4]; NT4];
+        for ks in 0..BN / 16 {
+            // SAFETY: inside the dS tile.
+            let a = unsafe { ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc)) };
+            for np in 0..NT4 / 2 {
+                // SAFETY: inside the K tile.
+                let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile, ks, np, chunks)) };
+                E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
+                E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
+            }
+        }
         // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
         // 0, 1, … add in that order: the tiles that see a query tile are always a prefix).
         let lock = bp.locks + 4 * lock_index(bp, z, h, m0 / BM as u32);
@@ -530,31 +567,17 @@ unsafe fn bwd_main<
             sync_threads();
         }
         let d = p.head_dim;
-        // The warp's DQT column tiles in passes of DQC (fewer accumulators live at once).
-        for cc in 0..DQT / DQC {
-            let mut acc = [[0.0f32; 4]; DQC];
-            for ks in 0..BN / 16 {
-                // SAFETY: inside the dSᵀ tile.
-                let a = unsafe { ldmatrix::x4_trans(dsr.at(ds_tile, ks, 0, ds_chunks)) };
-                for dp2 in 0..DQC / 2 {
-                    // SAFETY: inside the K tile.
-                    let bk = unsafe { ldmatrix::x4_trans(tr.at(k_cols, ks, cc * DQC / 2 + dp2, chunks)) };
-                    E::mma(&mut acc[2 * dp2], &a, bk[0], bk[1]);
-                    E::mma(&mut acc[2 * dp2 + 1], &a, bk[2], bk[3]);
-                }
-            }
-            for half in 0..2 {
-                let row = m0 + 16 * qs + g + 8 * half as u32;
-                if row < seq.len_q {
-                    let base = bp.dq_acc + 4 * seq.lse_index(p, h, row) * d as u64;
-                    for (dt, at) in acc.iter().enumerate() {
-                        let col = 8 * (cg * DQT as u32 + (cc * DQC + dt) as u32) + 2 * t4;
-                        if col < d {
-                            // SAFETY: columns col, col+1 < d of the row's accumulator (host sizing).
-                            unsafe {
-                                global::red_add_f32(base + 4 * col as u64, at[2 * half]);
-                                global::red_add_f32(base + 4 * (col + 1) as u64, at[2 * half + 1]);
-                            }
+        for half in 0..2 {
+            let row = m0 + 16 * qs + g + 8 * half as u32;
+            if row < seq.len_q {
+                let base = bp.dq_acc + 4 * seq.lse_index(p, h, row) * d as u64;
+                for (nt, at) in acc.iter().enumerate() {
+                    let col = c0 + 8 * nt as u32 + 2 * t4;
+                    if col < d {
+                        // SAFETY: columns col, col+1 < d of the row's accumulator (host sizing).
+                        unsafe {
+                            global::red_add_f32(base + 4 * col as u64, at[2 * half]);
+                            global::red_add_f32(base + 4 * (col + 1) as u64, at[2 * half + 1]);
                         }
                     }
                 }
@@ -571,22 +594,28 @@ unsafe fn bwd_main<
     }
     cp_async::wait::<0>();
 
-    // dK (scaled) and dV of this warp's keys; keys past the end are not written.
+    // dK (scaled) and dV of this warp's keys and columns; keys past the end and columns past
+    // the head dim are not written.
     let d = p.head_dim;
-    for half in 0..2 {
-        let key = key0 + g + 8 * half as u32;
-        if key < seq.len_k {
-            let ko = seq.offset(&bp.dk_strides, seq.k_start, key, kv_h);
-            let vo = seq.offset(&bp.dv_strides, seq.k_start, key, kv_h);
-            for (dt, (kt, vt)) in dk.iter().zip(&dv).enumerate() {
-                let col = (8 * dt as u32 + 2 * t4) as u64;
-                if col < d as u64 {
-                    let pk = E::pack(kt[2 * half] * bp.scale, kt[2 * half + 1] * bp.scale);
-                    let pv = E::pack(vt[2 * half], vt[2 * half + 1]);
-                    // SAFETY: columns col, col+1 < d of the key's rows (host validation), 4-byte aligned.
-                    unsafe {
-                        global::store_u32(bp.dk + 2 * (ko + col), pk);
-                        global::store_u32(bp.dv + 2 * (vo + col), pv);
+    let (wk, wd) = (warp % WK3 as u32, warp / WK3 as u32);
+    let (k0, c0) = (n0 + wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
+    for mt in 0..MT3 {
+        for half in 0..2 {
+            let key = k0 + 16 * mt as u32 + g + 8 * half as u32;
+            if key < seq.len_k {
+                let ko = seq.offset(&bp.dk_strides, seq.k_start, key, kv_h);
+                let vo = seq.offset(&bp.dv_strides, seq.k_start, key, kv_h);
+                for nt in 0..NT3 {
+                    let col = (c0 + 8 * nt as u32 + 2 * t4) as u64;
+                    if col < d as u64 {
+                        let (kt, vt) = (&dk[mt][nt], &dv[mt][nt]);
+                        let pk = E::pack(kt[2 * half] * bp.scale, kt[2 * half + 1] * bp.scale);
+                        let pv = E::pack(vt[2 * half], vt[2 * half + 1]);
+                        // SAFETY: columns col, col+1 < d of the key's rows (host validation), 4-byte aligned.
+                        unsafe {
+                            global::store_u32(bp.dk + 2 * (ko + col), pk);
+                            global::store_u32(bp.dv + 2 * (vo + col), pv);
+                        }
                     }
                 }
             }
@@ -658,12 +687,14 @@ macro_rules! bwd_entries {
                         { C.warps as usize },
                         { C.block_n() as usize },
                         { C.threads() as usize },
-                        { (C.head_dim / 8) as usize },
-                        { (C.head_dim / 8 / C.dq_column_groups()) as usize },
-                        { (C.query_chunk() / 8) as usize },
-                        { C.kv_in_registers() },
-                        { if C.kv_in_registers() { (C.head_dim / 16) as usize } else { 1 } },
-                        { C.dq_pass_tiles() as usize },
+                        { C.score_key_warps() as usize },
+                        { (BWD_BLOCK_M / 16 / (C.warps / C.score_key_warps())) as usize },
+                        { (C.block_n() / 8 / C.score_key_warps()) as usize },
+                        { C.kv_key_warps() as usize },
+                        { (C.block_n() / 16 / C.kv_key_warps()) as usize },
+                        { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
+                        { C.dq_query_warps() as usize },
+                        { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
                         { C.window == 1 },
                     >(&p)
                 }
