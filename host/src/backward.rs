@@ -40,7 +40,7 @@ impl Device {
     /// `rowsum(dO ∘ O)` (see [`flashattn_kernels::softmax::GradRow`]); `o` is validated but its
     /// values are not read. dQ accumulates in f32 with atomic adds, so its last bits may differ
     /// from run to run, unless `opts.deterministic` fixes their order (bit-identical results, at
-    /// a cost in time). Extra device memory: `4·(d + 3)` bytes per query row and head
+    /// a cost in time). Extra device memory: `4·(d + 4)` bytes per query row and head
     /// ([`Plan::scratch_bytes`]), and 4 bytes per 64-row query tile in deterministic mode. Everything is checked before any work; on error nothing is
     /// written. The work is queued on the device's stream.
     #[allow(clippy::too_many_arguments)]
@@ -155,8 +155,8 @@ impl Device {
             stats: scratch.device_address() + acc_bytes,
             scale: problem.scale(),
             q_tiles,
-            // After the accumulator and the three statistics arrays (4-byte aligned).
-            locks: if deterministic { scratch.device_address() + acc_bytes + 12 * rows } else { 0 },
+            // After the accumulator and the 16-byte statistics rows.
+            locks: if deterministic { scratch.device_address() + acc_bytes + 16 * rows } else { 0 },
         };
         // SAFETY: `params` is the backward kernels' parameter struct, built from validated
         // layouts whose buffers hold every addressed element, with scratch sized for the

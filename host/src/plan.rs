@@ -1301,11 +1301,11 @@ pub fn plan_backward(
 }
 
 /// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row),
-/// three f32 statistics per row, and in deterministic mode a u32 turn counter per query tile
+/// four f32 statistics per row (one 16-byte row), and in deterministic mode a u32 turn counter per query tile
 /// ([`backward_locks`]).
 pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> u64 {
     let locks = if deterministic { 4 * backward_locks(problem) } else { 0 };
-    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 3) + locks
+    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 4) + locks
 }
 
 /// Turn counters of the deterministic backward: one per (sequence, query head, query tile of

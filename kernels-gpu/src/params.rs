@@ -177,8 +177,10 @@ pub struct BwdParams {
     /// The f32 dQ accumulator: row `r` (a log-sum-exp index), column `c` at `r·head_dim + c`.
     /// Zeroed by the preprocessing kernel, added to by the main kernel, read by the conversion.
     pub dq_acc: u64,
-    /// Per-row statistics (f32), three arrays of `attn.partial_rows`: `1/Σ P`, the pivot and
-    /// `D − pivot` ([`crate::softmax::GradRow`]), written by the preprocessing kernel.
+    /// Per-row statistics, one 16-byte row per log-sum-exp row (`attn.partial_rows` of them,
+    /// 16-byte aligned): f32 `[offset, 1/Σ P, pivot, D − pivot]` (`offset` =
+    /// [`crate::softmax::lse_offset`] of the row's log-sum-exp; the rest
+    /// [`crate::softmax::GradRow`]'s), written by the preprocessing kernel.
     pub stats: u64,
     /// The softmax scale (natural units): dQ and dK are `scale·dS·K` and `scale·dSᵀ·Q`.
     pub scale: f32,

@@ -188,13 +188,29 @@ impl OnlineSoftmax {
 /// The backward pass's probability of a raw score, recomputed from its row's log-sum-exp (the
 /// natural-log value the forward pass writes): `P = exp(scale·s − lse) = 2^(s·scale_log2 −
 /// lse·log2 e)`, one FMA and one `exp2`. A row that saw no key (`lse = -inf`) has no
-/// probabilities: 0, so its gradients are exactly 0 (never NaN).
+/// probabilities: 0, so its gradients are exactly 0 (never NaN). The same as
+/// [`prob_from_offset`] with the row's [`lse_offset`], the branch-free form the kernels use.
 #[inline(always)]
 pub fn prob_from_lse(score: f32, scale_log2: f32, lse: f32) -> f32 {
     if lse == f32::NEG_INFINITY {
         return 0.0;
     }
-    exp2(fma(score, scale_log2, -lse * LOG2_E))
+    prob_from_offset(score, scale_log2, lse_offset(lse))
+}
+
+/// The per-row term of [`prob_from_offset`]: `−lse·log2 e`, or `-inf` for a row that saw no
+/// key (`lse = -inf`), whose probabilities are then 0 for every finite score.
+#[inline(always)]
+pub fn lse_offset(lse: f32) -> f32 {
+    if lse == f32::NEG_INFINITY { f32::NEG_INFINITY } else { -lse * LOG2_E }
+}
+
+/// `2^(score·scale_log2 + offset)` with the row's [`lse_offset`]: [`prob_from_lse`] without a
+/// branch per score (the kernels compute it for every score of a tile, masked ones included,
+/// and select 0 for those).
+#[inline(always)]
+pub fn prob_from_offset(score: f32, scale_log2: f32, offset: f32) -> f32 {
+    exp2(fma(score, scale_log2, offset))
 }
 
 /// Score modifiers between `scale·q·k` and the softmax, FlashAttention-2's: logit softcapping

@@ -21,7 +21,7 @@
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
 //! columns are zero and never stored. Memory beyond the inputs and outputs: the f32 dQ
-//! accumulator and three f32 statistics per query row.
+//! accumulator and four f32 statistics per query row.
 
 use super::arch::cp_async;
 use super::arch::global;
@@ -36,7 +36,7 @@ use crate::config::BwdConfig;
 use crate::config::PAD_CHUNKS;
 use crate::mask;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
-use crate::softmax::{GradRow, prob_from_lse};
+use crate::softmax::{GradRow, lse_offset, prob_from_offset};
 
 /// Query rows per tile (every backward kernel).
 const BM: usize = BWD_BLOCK_M as usize;
@@ -45,10 +45,11 @@ const PBN: usize = BWD_PREP_BLOCK_N as usize;
 /// Threads of the preprocessing and conversion kernels.
 const PT: usize = BWD_PREP_THREADS as usize;
 
-/// Address of statistic `which` (0: `1/Σ P`, 1: pivot, 2: `D − pivot`) of log-sum-exp row `r`.
+/// Address of log-sum-exp row `r`'s statistics: 16 bytes, `[offset, 1/Σ P, pivot, D − pivot]`
+/// (`offset` the row's [`lse_offset`]), copied whole into shared memory by the main kernel.
 #[inline(always)]
-fn stat_addr(bp: &BwdParams, which: u64, r: u64) -> u64 {
-    bp.stats + 4 * (which * bp.attn.partial_rows + r)
+fn stat_addr(bp: &BwdParams, r: u64) -> u64 {
+    bp.stats + 16 * r
 }
 
 /// Index of the deterministic mode's turn counter of query tile `tile` of head `h`, sequence `z`.
@@ -176,6 +177,7 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
         }
     }
     let mut stats = [GradRow::new(); 2];
+    let offset = [lse_offset(lse[0]), lse_offset(lse[1])];
     for j in first..n_tiles {
         let n0 = j * PBN as u32;
         cp_async::wait::<0>();
@@ -217,6 +219,7 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
                 E::mma(&mut dp[2 * np + 1], &ado, bv[2], bv[3]);
             }
         }
+        let scale_log2 = p.scale_log2;
         for (half, st) in stats.iter_mut().enumerate() {
             // Probabilities (0 where masked) and this lane's most probable key of the tile.
             let (mut best, mut best_dp) = (0.0f32, 0.0f32);
@@ -224,11 +227,13 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
                 for e in 0..2 {
                     let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
                     let x = &mut sn[2 * half + e];
-                    let seen = key < limit[half] && (!WIN || key >= begin[half]);
-                    *x = if seen { prob_from_lse(*x, p.scale_log2, lse[half]) } else { 0.0 };
-                    if *x > best {
-                        (best, best_dp) = (*x, dn[2 * half + e]);
-                    }
+                    // (Branch-free: the probability of every score, 0 selected for masked ones.)
+                    let seen = (key < limit[half]) & (!WIN | (key >= begin[half]));
+                    let pr = prob_from_offset(*x, scale_log2, offset[half]);
+                    *x = if seen { pr } else { 0.0 };
+                    let better = *x > best;
+                    best = if better { *x } else { best };
+                    best_dp = if better { dn[2 * half + e] } else { best_dp };
                 }
             }
             // The quad's most probable key: the largest (P, dP) pair, the same in all four lanes.
@@ -252,12 +257,10 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
         if t4 == 0 && row < seq.len_q {
             let (inv, d_rel) = GradRow::finish(sum, rel);
             let r = seq.lse_index(p, h, row);
-            // SAFETY: row `r` of the statistics (host sizing).
+            // SAFETY: row `r` of the statistics (host sizing), 16-byte aligned.
             unsafe {
-                global::store_f32(stat_addr(bp, 0, r), inv);
-                global::store_f32(stat_addr(bp, 1, r), st.pivot);
-                global::store_f32(stat_addr(bp, 2, r), d_rel);
-            }
+                global::store_u32x4(stat_addr(bp, r), [offset[half], inv, st.pivot, d_rel].map(f32::to_bits))
+            };
         }
     }
     // No copy stays in flight past the kernel (with no key tile, Q's and dO's never waited).
@@ -383,9 +386,7 @@ unsafe fn bwd_main<
     let per_head = q_end.div_ceil(BM as u32).saturating_sub(first);
     let steps = group * per_head;
     let step = |it: u32| (kv_h * group + it / per_head.max(1), (first + it % per_head.max(1)) * BM as u32);
-    // Issues step `it`'s Q and dO copies and stores its row statistics into stage `s`:
-    // `[lse, 1/Σ P, pivot, D − pivot]` per row; rows past the end get `1/Σ P = 0` (no
-    // probabilities).
+    // Issues step `it`'s Q, dO and row-statistics copies into stage `s`.
     let load_step = |it: u32, s: u32| {
         let (h, m0) = step(it);
         let (_, _, stages, _, _, rows) = layout();
@@ -398,27 +399,18 @@ unsafe fn bwd_main<
                 m0,
             );
         }
+        // The rows' statistics, 16 bytes each (zeros past the end: `1/Σ P = 0`, no
+        // probabilities), in the same copy group.
         let tid = thread_x_opaque();
         if tid < BM as u32 {
             let row = m0 + tid;
-            let mut v = [0.0f32; 4];
-            if row < seq.len_q {
-                let r = seq.lse_index(p, h, row);
-                // SAFETY: row `r` of the log-sum-exp and the statistics (host sizing).
-                v = unsafe {
-                    [
-                        global::load_f32(p.lse + 4 * r),
-                        global::load_f32(stat_addr(bp, 0, r)),
-                        global::load_f32(stat_addr(bp, 1, r)),
-                        global::load_f32(stat_addr(bp, 2, r)),
-                    ]
-                };
-            }
-            let at = rows + s * 16 * BM as u32 + 16 * tid;
-            for (i, x) in v.iter().enumerate() {
-                // SAFETY: inside the statistics stage.
-                unsafe { shared::store_f32(at + 4 * i as u32, *x) };
-            }
+            let inside = row < seq.len_q;
+            let src = if inside { stat_addr(bp, seq.lse_index(p, h, row)) } else { bp.stats };
+            // SAFETY: inside the statistics stage; 16 source bytes of row `row`'s statistics
+            // (host sizing), or none.
+            unsafe {
+                cp_async::copy16(rows + s * 16 * BM as u32 + 16 * tid, src, if inside { 16 } else { 0 })
+            };
         }
     };
 
@@ -467,11 +459,12 @@ unsafe fn bwd_main<
                 tile_product::<E, D, MT1, NT1>(&mut dp, (dot, &ar), (v_tile, &br), chunks);
             }
             // P (normalised; 0 where masked) and dS, stored as the element type.
+            let scale_log2 = p.scale_log2;
             for mt in 0..MT1 {
                 for half in 0..2 {
                     let qr = q0 + 16 * mt as u32 + g + 8 * half as u32;
                     // SAFETY: inside the statistics stage, 16-byte aligned.
-                    let [lse, inv, pivot, d_rel] =
+                    let [offset, inv, pivot, d_rel] =
                         unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qr) };
                     let (begin, limit) = if WIN {
                         (
@@ -481,17 +474,16 @@ unsafe fn bwd_main<
                     } else {
                         (0, mask::key_end(m0 + qr + 1, seq.len_q, seq.len_k, causal))
                     };
+                    // Branch-free: every score's probability (a row without probabilities has
+                    // `1/Σ P = 0`, and `offset = -inf` where it saw no key), 0 selected where
+                    // masked.
                     for nt in 0..NT1 {
                         let mut pr = [0.0f32; 2];
                         let mut ds = [0.0f32; 2];
                         for e in 0..2 {
                             let key = n0 + k0 + 8 * nt as u32 + 2 * t4 + e as u32;
-                            let x = sc[mt][nt][2 * half + e];
-                            pr[e] = if key < limit && key >= begin && inv > 0.0 {
-                                prob_from_lse(x, p.scale_log2, lse) * inv
-                            } else {
-                                0.0
-                            };
+                            let x = prob_from_offset(sc[mt][nt][2 * half + e], scale_log2, offset) * inv;
+                            pr[e] = if (key < limit) & (key >= begin) { x } else { 0.0 };
                             ds[e] = GradRow::ds(pr[e], dp[mt][nt][2 * half + e], pivot, d_rel);
                         }
                         let at = swizzle(qr, k0 / 8 + nt as u32, pc) + 4 * t4;
@@ -566,18 +558,23 @@ unsafe fn bwd_main<
             }
             sync_threads();
         }
+        // Each lane adds columns `c0 + 8·nt + 2·t4` and the next of its two rows: one base
+        // address per row and compile-time offsets (no address register is rewritten between
+        // the adds, which would wait for the previous add to read its operands). Column tiles
+        // at or past the head dim (padded instances; d is a multiple of 8) are skipped.
         let d = p.head_dim;
+        let tiles_inside = d.saturating_sub(c0) / 8;
         for half in 0..2 {
             let row = m0 + 16 * qs + g + 8 * half as u32;
             if row < seq.len_q {
-                let base = bp.dq_acc + 4 * seq.lse_index(p, h, row) * d as u64;
+                let base = bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + (c0 + 2 * t4) as u64);
                 for (nt, at) in acc.iter().enumerate() {
-                    let col = c0 + 8 * nt as u32 + 2 * t4;
-                    if col < d {
-                        // SAFETY: columns col, col+1 < d of the row's accumulator (host sizing).
+                    if (nt as u32) < tiles_inside {
+                        // SAFETY: columns c0 + 8·nt + 2·t4 and the next, < d, of the row's
+                        // accumulator (host sizing).
                         unsafe {
-                            global::red_add_f32(base + 4 * col as u64, at[2 * half]);
-                            global::red_add_f32(base + 4 * (col + 1) as u64, at[2 * half + 1]);
+                            global::red_add_f32(base + 32 * nt as u64, at[2 * half]);
+                            global::red_add_f32(base + 32 * nt as u64 + 4, at[2 * half + 1]);
                         }
                     }
                 }
