@@ -13,7 +13,14 @@ const TARGETS: [(&str, &str); 2] = [("sm_80", "flashattn_sm80.ptx"), ("sm_90a", 
 
 /// How the PTX is built. Part of the source hash, so a change here also marks the PTX stale.
 const RECIPE: &str = "cargo rustc --release --target nvptx64-nvidia-cuda -Zbuild-std=core --crate-type cdylib; \
-                      profile.release: panic=abort, codegen-units=1, opt-level=3; RUSTFLAGS=-C target-cpu=<arch> -C llvm-args=-unroll-threshold=UNROLL_THRESHOLD";
+                      profile.release: panic=abort, codegen-units=1, opt-level=3; RUSTFLAGS=-C target-cpu=<arch> -C llvm-args=-unroll-threshold=UNROLL_THRESHOLD \
+                      [sm_90a: -C target-feature=+ptx81]";
+
+/// Extra target features per architecture: sm_90a's PTX declares ISA 8.1 (LLVM's default for
+/// the target is 8.0), which vector reductions (`red.global.add.v2.f32`) need.
+fn arch_features(arch: &str) -> &'static str {
+    if arch == "sm_90a" { " -C target-feature=+ptx81" } else { "" }
+}
 
 /// LLVM's unroll threshold for the kernels. The kernels keep per-thread tiles in register
 /// arrays indexed by loop counters; such an array stays in registers only when its loops are
@@ -97,7 +104,13 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
         .args(["--config", "profile.release.panic=\"abort\""])
         .args(["--config", "profile.release.codegen-units=1"])
         .args(["--config", "profile.release.opt-level=3"])
-        .env("RUSTFLAGS", format!("-C target-cpu={arch} -C llvm-args=-unroll-threshold={UNROLL_THRESHOLD}"));
+        .env(
+            "RUSTFLAGS",
+            format!(
+                "-C target-cpu={arch} -C llvm-args=-unroll-threshold={UNROLL_THRESHOLD}{}",
+                arch_features(arch)
+            ),
+        );
     println!("ptx: building {arch} with {} ({})", tc.origin, tc.version);
     crate::util::run(&mut cmd)?;
     let out = target_dir.join("nvptx64-nvidia-cuda/release/flashattn_kernels.ptx");

@@ -571,11 +571,8 @@ unsafe fn bwd_main<
                 for (nt, at) in acc.iter().enumerate() {
                     if (nt as u32) < tiles_inside {
                         // SAFETY: columns c0 + 8·nt + 2·t4 and the next, < d, of the row's
-                        // accumulator (host sizing).
-                        unsafe {
-                            global::red_add_f32(base + 32 * nt as u64, at[2 * half]);
-                            global::red_add_f32(base + 32 * nt as u64 + 4, at[2 * half + 1]);
-                        }
+                        // accumulator (host sizing), 8-byte aligned (d and c0 multiples of 8).
+                        unsafe { add_pair(base + 32 * nt as u64, [at[2 * half], at[2 * half + 1]]) };
                     }
                 }
             }
@@ -617,6 +614,26 @@ unsafe fn bwd_main<
                 }
             }
         }
+    }
+}
+
+/// Adds two consecutive f32 of the dQ accumulator: one vector reduction on sm_90, two scalar
+/// ones before.
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned, writable global address of two f32.
+#[inline(always)]
+unsafe fn add_pair(addr: u64, x: [f32; 2]) {
+    #[cfg(target_feature = "sm_90a")]
+    // SAFETY: forwarded contract.
+    unsafe {
+        global::red_add_f32x2(addr, x)
+    };
+    #[cfg(not(target_feature = "sm_90a"))]
+    // SAFETY: forwarded contract.
+    unsafe {
+        global::red_add_f32(addr, x[0]);
+        global::red_add_f32(addr + 4, x[1]);
     }
 }
 

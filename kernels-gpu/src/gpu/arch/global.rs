@@ -257,6 +257,20 @@ pub unsafe fn red_add_f32(addr: u64, x: f32) {
     unsafe { asm!("red.global.add.f32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
 
+/// `red.global.add.v2.f32`: adds `x[0]` and `x[1]` to the two f32 at `addr` atomically (each
+/// element on its own; sm_90, PTX ISA 8.1): one memory instruction instead of two.
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned, writable global address of two f32.
+#[cfg(target_feature = "sm_90a")]
+#[inline(always)]
+pub unsafe fn red_add_f32x2(addr: u64, x: [f32; 2]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("red.global.add.v2.f32 [{a}], {{{x}, {y}}};", a = in(reg64) addr, x = in(reg32) x[0], y = in(reg32) x[1])
+    };
+}
+
 /// `st.global.b32`: one 32-bit word (two packed 16-bit elements).
 ///
 /// # Safety
