@@ -3,6 +3,11 @@
 //! each under the gradient tolerance rule. Run with
 //! `cargo test -p flashattn-testkit --test emulate_bwd -- --nocapture`
 //! (env: EMU_CASES (default 1000), EMU_STRATEGY = spec | cache | named).
+//!
+//! Second round (F1..F4): a "training-mode forward" whose l is summed over the SAME rounded
+//! probabilities round_T(P̃) that multiply V, O_T = round_T(O_f32), O_lo = round_T(O_f32 − O_T);
+//! the backward uses that forward's (m, l). Also measures that forward's output against the f64
+//! oracle under the forward tolerance rule (tolerance::output_errors), next to the current one.
 
 use flashattn::cpu::{self, HostTensor, HostTensorMut};
 use flashattn::kernels::softmax::prob_from_lse;
@@ -12,16 +17,28 @@ use flashattn_testkit::grad::{
     Gradients, attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
 };
 use flashattn_testkit::oracle::widen;
+use flashattn_testkit::tolerance::output_errors;
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Which forward the backward's (m, l) and O come from.
+#[derive(Clone, Copy, PartialEq)]
+enum FKind {
+    /// The current GPU forward: l = Σ P̃ (unrounded), O = Σ round(P̃)·v / l.
+    Cur,
+    /// Training-mode forward: l = Σ round(P̃), O = Σ round(P̃)·v / l.
+    Rl,
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum PKind {
-    /// exp2(fma(s, c, -m c)) * (1/l), exact (m, l).
+    /// exp2(fma(s, c, -m c)) * (1/l), exact (m, l) of the variant's forward.
     Ml,
+    /// round_T(exp2(fma(s, c, -m c))) * (1/l): the forward's own weights.
+    MlRounded,
     /// prob_from_lse(s, c, lse) with the forward's f32 lse.
     Lse,
 }
@@ -42,18 +59,33 @@ enum DKind {
     Pdp,
     /// Σ dO·O_T (f32 sequential), but dP from an 8-lane interleaved f32 dot (another order).
     OtMixDp,
+    /// Σ dO·(O_T + O_lo) (f32 sequential), dP from the 8-lane interleaved dot.
+    OtLoMixDp,
 }
 
-const VARIANTS: [(&str, PKind, DKind); 9] = [
-    ("V1 (m,l) D=dO·O_T", PKind::Ml, DKind::Ot),
-    ("V2 (m,l) D=dO·(O_T+O_lo)", PKind::Ml, DKind::OtLo),
-    ("V3 (m,l) D=dO·O_f32", PKind::Ml, DKind::Of32),
-    ("V4 lse D=dO·O_T", PKind::Lse, DKind::Ot),
-    ("V5 lse D=dO·O_f32", PKind::Lse, DKind::Of32),
-    ("V1' (m,l) D=f64 Σ dO·O_T", PKind::Ml, DKind::OtF64),
-    ("X1 (m,l) D=dO·O_cons", PKind::Ml, DKind::Ocons),
-    ("X2 (m,l) D=Σ P·dP", PKind::Ml, DKind::Pdp),
-    ("X3 V1 w/ dP other order", PKind::Ml, DKind::OtMixDp),
+/// The emulated gradients of every variant, and the forward outputs O_T of the current forward
+/// and of the training-mode forward (laid out as problem.o, 0 where no key is seen).
+struct Emulated<T> {
+    grads: Vec<[Vec<T>; 3]>,
+    o_cur: Vec<T>,
+    o_rl: Vec<T>,
+}
+
+const VARIANTS: [(&str, FKind, PKind, DKind); 13] = [
+    ("V1 (m,l) D=dO·O_T", FKind::Cur, PKind::Ml, DKind::Ot),
+    ("V2 (m,l) D=dO·(O_T+O_lo)", FKind::Cur, PKind::Ml, DKind::OtLo),
+    ("V3 (m,l) D=dO·O_f32", FKind::Cur, PKind::Ml, DKind::Of32),
+    ("V4 lse D=dO·O_T", FKind::Cur, PKind::Lse, DKind::Ot),
+    ("V5 lse D=dO·O_f32", FKind::Cur, PKind::Lse, DKind::Of32),
+    ("V1' (m,l) D=f64 Σ dO·O_T", FKind::Cur, PKind::Ml, DKind::OtF64),
+    ("X1 (m,l) D=dO·O_cons", FKind::Cur, PKind::Ml, DKind::Ocons),
+    ("X2 (m,l) D=Σ P·dP", FKind::Cur, PKind::Ml, DKind::Pdp),
+    ("X3 V1 w/ dP other order", FKind::Cur, PKind::Ml, DKind::OtMixDp),
+    // Training-mode forward (l = Σ round(P̃)); (m, l) are that forward's.
+    ("F1 lr Pt/l D=dO·(O_T+O_lo)", FKind::Rl, PKind::Ml, DKind::OtLo),
+    ("F2 lr r(Pt)/l D=dO·(OT+Olo)", FKind::Rl, PKind::MlRounded, DKind::OtLo),
+    ("F3 lr Pt/l D=dO·O_T", FKind::Rl, PKind::Ml, DKind::Ot),
+    ("F4 F1 w/ dP other order", FKind::Rl, PKind::Ml, DKind::OtLoMixDp),
 ];
 
 /// cpu.rs's dot: eight interleaved partial sums, added pairwise.
@@ -70,7 +102,7 @@ fn dot_seq(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The emulated gradients of every variant, f32 accumulators laid out like Q, K, V.
-fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Vec<[Vec<T>; 3]> {
+fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Emulated<T> {
     let p = &case.problem;
     assert!(!p.has_score_mod());
     let d = p.head_dim();
@@ -82,6 +114,8 @@ fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Vec<[Vec<T>; 3
         .map(|_| [vec![0.0f32; case.q.len()], vec![0.0f32; case.k.len()], vec![0.0f32; case.v.len()]])
         .collect();
     let load = |buf: &[T], o: usize| -> Vec<f32> { buf[o..o + d].iter().map(|x| x.to_f32()).collect() };
+    let mut o_cur = vec![T::from_f32(0.0); case.out_len()];
+    let mut o_rl = vec![T::from_f32(0.0); case.out_len()];
     let group = p.group_size();
     for i in 0..p.batch() {
         let seq = p.sequence(i);
@@ -92,7 +126,8 @@ fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Vec<[Vec<T>; 3
                 let row = p.lse_index(i, h, t);
                 let qo = p.q().offset(b, seq.q_start + t, h);
                 let q_row = load(&case.q, qo);
-                let do_row = load(d_o, p.o().offset(b, seq.q_start + t, h));
+                let oo = p.o().offset(b, seq.q_start + t, h);
+                let do_row = load(d_o, oo);
                 let (kb, ke) = (p.key_begin(t, seq.len_q, seq.len_k), p.key_end(t, seq.len_q, seq.len_k));
                 if kb >= ke {
                     continue;
@@ -140,18 +175,50 @@ fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Vec<[Vec<T>; 3
                 let dp: Vec<f32> = v_rows.iter().map(|vr| dot_seq(&do_row, vr)).collect();
                 let dp_lanes: Vec<f32> = v_rows.iter().map(|vr| dot_lanes(&do_row, vr)).collect();
                 let d_pdp = p_ml.iter().zip(&dp).fold(0.0f32, |a, (&x, &y)| a + x * y);
-                for (vi, &(_, pk, dk)) in VARIANTS.iter().enumerate() {
-                    let probs = if pk == PKind::Ml { &p_ml } else { &p_lse };
-                    let big_d = match dk {
-                        DKind::Ot => d_ot,
-                        DKind::OtLo => d_otlo,
-                        DKind::Of32 => d_of32,
-                        DKind::OtF64 => d_otf64,
-                        DKind::Ocons => d_ocons,
-                        DKind::Pdp => d_pdp,
-                        DKind::OtMixDp => d_ot,
+                // Training-mode forward: l over the rounded probabilities that multiply V.
+                let pr_all: Vec<f32> = pt.iter().map(|&x| round(x)).collect();
+                let l_r: f32 = pr_all.iter().fold(0.0f32, |a, &x| a + x);
+                let mut o_rf32 = vec![0.0f32; d];
+                for (j, vr) in v_rows.iter().enumerate() {
+                    for x in 0..d {
+                        o_rf32[x] += pr_all[j] * vr[x];
+                    }
+                }
+                o_rf32.iter_mut().for_each(|o| *o /= l_r);
+                let o_rt: Vec<f32> = o_rf32.iter().map(|&o| round(o)).collect();
+                let o_rlo: Vec<f32> = o_rf32.iter().zip(&o_rt).map(|(&a, &b)| round(a - b)).collect();
+                let d_rot = dot_seq(&do_row, &o_rt);
+                let rot_lo: Vec<f32> = o_rt.iter().zip(&o_rlo).map(|(a, b)| a + b).collect();
+                let d_rotlo = dot_seq(&do_row, &rot_lo);
+                let inv_lr = 1.0 / l_r;
+                let p_rml: Vec<f32> = pt.iter().map(|&x| x * inv_lr).collect();
+                let p_rmlr: Vec<f32> = pr_all.iter().map(|&x| x * inv_lr).collect();
+                for x in 0..d {
+                    o_cur[oo + x] = T::from_f32(o_f32[x]);
+                    o_rl[oo + x] = T::from_f32(o_rf32[x]);
+                }
+                for (vi, &(_, fk, pk, dk)) in VARIANTS.iter().enumerate() {
+                    let probs = match (fk, pk) {
+                        (FKind::Cur, PKind::Ml) => &p_ml,
+                        (FKind::Cur, PKind::Lse) => &p_lse,
+                        (FKind::Rl, PKind::Ml) => &p_rml,
+                        (FKind::Rl, PKind::MlRounded) => &p_rmlr,
+                        _ => unreachable!(),
                     };
-                    let dpv = if dk == DKind::OtMixDp { &dp_lanes } else { &dp };
+                    let big_d = match (fk, dk) {
+                        (FKind::Cur, DKind::Ot) => d_ot,
+                        (FKind::Cur, DKind::OtLo) => d_otlo,
+                        (FKind::Cur, DKind::Of32) => d_of32,
+                        (FKind::Cur, DKind::OtF64) => d_otf64,
+                        (FKind::Cur, DKind::Ocons) => d_ocons,
+                        (FKind::Cur, DKind::Pdp) => d_pdp,
+                        (FKind::Cur, DKind::OtMixDp) => d_ot,
+                        (FKind::Rl, DKind::Ot) => d_rot,
+                        (FKind::Rl, DKind::OtLo) => d_rotlo,
+                        (FKind::Rl, DKind::OtLoMixDp) => d_rotlo,
+                        _ => unreachable!(),
+                    };
+                    let dpv = if matches!(dk, DKind::OtMixDp | DKind::OtLoMixDp) { &dp_lanes } else { &dp };
                     let [gq, gk, gv] = &mut acc[vi];
                     for j in 0..keys.len() {
                         let pj = probs[j];
@@ -167,12 +234,38 @@ fn emulate<T: Element>(case: &Case<T>, lse: &[f32], d_o: &[T]) -> Vec<[Vec<T>; 3
             }
         }
     }
-    acc.into_iter()
+    let grads = acc
+        .into_iter()
         .map(|[a, b, cc]| {
             let conv = |v: Vec<f32>| v.into_iter().map(T::from_f32).collect::<Vec<T>>();
             [conv(a), conv(b), conv(cc)]
         })
-        .collect()
+        .collect();
+    Emulated { grads, o_cur, o_rl }
+}
+
+/// Forward-rule measurements of one forward over the cases.
+#[derive(Default, Clone)]
+struct FwdStats {
+    fails: usize,
+    worst_ratio: f64,
+    sum_ratio: f64,
+    max_err: f64,
+    worst_feat: String,
+}
+
+impl FwdStats {
+    fn add(&mut self, ratio: f64, err: f64, feat: &str) {
+        if ratio > 1.0 {
+            self.fails += 1;
+        }
+        if ratio > self.worst_ratio {
+            self.worst_ratio = ratio;
+            self.worst_feat = feat.to_string();
+        }
+        self.sum_ratio += ratio;
+        self.max_err = self.max_err.max(err);
+    }
 }
 
 /// err/allowed of each of dq, dk, dv (the rule's numbers, for reports).
@@ -277,6 +370,11 @@ fn run_dtype<T: Element>(cases: &[(Spec, u64)], out: &mut String) {
     let names: Vec<&str> =
         std::iter::once("CPU backward (control)").chain(VARIANTS.iter().map(|v| v.0)).collect();
     let mut stats = vec![Stats::default(); names.len()];
+    // Forward: [real CPU forward, emulated current GPU forward, training-mode forward (F1)].
+    let mut fwd = vec![FwdStats::default(); 3];
+    let (mut rl_worse, mut rl_better, mut rl_same) = (0usize, 0usize, 0usize);
+    let mut rl_max_err_ratio = 0.0f64; // max over cases of err_F1 / err_cur (cases with err_cur > 0)
+    let mut rl_max_err_ratio_feat = String::new();
     let start = std::time::Instant::now();
     let mut skipped = 0;
     for (n, (spec, seed)) in cases.iter().enumerate() {
@@ -317,7 +415,33 @@ fn run_dtype<T: Element>(cases: &[(Spec, u64)], out: &mut String) {
             let res = check_gradients(p, got, &reference, &baseline);
             record(&mut stats[0], res, ratios(p, got, &reference, &baseline), &feat, case.values);
         }
-        for (vi, [dq, dk, dv]) in emulate(&case, &lse, &d_o).iter().enumerate() {
+        let em = emulate(&case, &lse, &d_o);
+        {
+            let e_cpu = output_errors(&case, &o);
+            let e_cur = output_errors(&case, &em.o_cur);
+            let e_rl = output_errors(&case, &em.o_rl);
+            fwd[0].add(e_cpu.rule_ratio(), e_cpu.err, &feat);
+            fwd[1].add(e_cur.rule_ratio(), e_cur.err, &feat);
+            fwd[2].add(e_rl.rule_ratio(), e_rl.err, &feat);
+            if e_rl.err > e_cur.err {
+                rl_worse += 1;
+            } else if e_rl.err < e_cur.err {
+                rl_better += 1;
+            } else {
+                rl_same += 1;
+            }
+            if e_cur.err > 0.0 && e_rl.err / e_cur.err > rl_max_err_ratio {
+                rl_max_err_ratio = e_rl.err / e_cur.err;
+                rl_max_err_ratio_feat = format!(
+                    "err F1 {:.3e} vs cur {:.3e} (rule ratios {:.3} vs {:.3}) | {feat}",
+                    e_rl.err,
+                    e_cur.err,
+                    e_rl.rule_ratio(),
+                    e_cur.rule_ratio()
+                );
+            }
+        }
+        for (vi, [dq, dk, dv]) in em.grads.iter().enumerate() {
             let got = [&dq[..], &dk[..], &dv[..]];
             let res = check_gradients(p, got, &reference, &baseline);
             record(&mut stats[vi + 1], res, ratios(p, got, &reference, &baseline), &feat, case.values);
@@ -352,6 +476,32 @@ fn run_dtype<T: Element>(cases: &[(Spec, u64)], out: &mut String) {
             st.fail_values
         ));
     }
+    out.push_str(&format!(
+        "\nforward O_T vs f64 oracle (tolerance::output_errors, rule ratio = err/(2·err_base+atol)):\n{:<40} {:>9} {:>12} {:>12} {:>12}\n",
+        "forward", "fails", "worst ratio", "mean ratio", "max |err|"
+    ));
+    let fnames = [
+        "real CPU forward (run_cpu)",
+        "emulated current fwd (l=Σ Pt)",
+        "emulated training fwd F1 (l=Σ r(Pt))",
+    ];
+    for (name, f) in fnames.iter().zip(&fwd) {
+        out.push_str(&format!(
+            "{:<40} {:>4}/{:<4} {:>12.3} {:>12.3} {:>12.3e}\n",
+            name,
+            f.fails,
+            total,
+            f.worst_ratio,
+            f.sum_ratio / total.max(1) as f64,
+            f.max_err
+        ));
+    }
+    out.push_str(&format!(
+        "per case, F1 max|err| vs current: larger in {rl_worse}, smaller in {rl_better}, equal in {rl_same}; \
+         largest err_F1/err_cur {rl_max_err_ratio:.3}: {rl_max_err_ratio_feat}\n"
+    ));
+    out.push_str(&format!("  worst F1 rule ratio at: {}\n", fwd[2].worst_feat));
+    out.push_str(&format!("  worst current-fwd rule ratio at: {}\n", fwd[1].worst_feat));
     for (name, st) in names.iter().zip(&stats) {
         if st.examples.is_empty() {
             continue;
@@ -443,6 +593,6 @@ fn emulate_backward_variants() {
     eprintln!("{out}");
     run_dtype::<bf16>(&cases, &mut out);
     println!("{out}");
-    let path = format!("/tmp/emulate_bwd_{which}.txt");
+    let path = format!("/tmp/emulate_bwd2_{which}.txt");
     std::fs::write(&path, &out).unwrap();
 }
