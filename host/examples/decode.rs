@@ -4,7 +4,7 @@
 //! K and V read once. The measurements behind the split-KV rule (`kernels-gpu/NOTES.md`).
 //! With `--cache`, instead: the planner's choice without and with `cache_seqlens` (every entry
 //! using its whole cache, then caches of twice the capacity half used), and the same memory as a
-//! paged cache (`block_table`: pages of 16 and 256 tokens in shuffled order, and of 16 in order),
+//! paged cache (`block_table`: pages of 16, 64 and 256 tokens in shuffled order, and of 16 in order),
 //! which should read K and V at the same speed. Needs a GPU.
 //!
 //! ```text
@@ -83,13 +83,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let lk_half = Layout { seqlen: nk / 2, ..lk };
                 let ms_contig_half = time(&dev, &sets, &q, &mut out, (lq, lk_half), &base, reps)?;
                 let tbs_half = |ms: f64| tbs(ms) / 2.0;
-                // The same memory as pools of 16- and 256-token pages, the pages of each entry
+                // The same memory as pools of 16-, 64- and 256-token pages, the pages of each entry
                 // scattered over the whole pool (a shuffled table).
                 let mut paged = String::new();
                 // Pages of 16 in order too (the table names the contiguous cache's own memory):
                 // against the shuffled table it separates the page-index loads' cost from that
                 // of scattered 32 KiB fragments.
-                for (page, shuffled) in [(16usize, true), (16, false), (256, true)] {
+                for (page, shuffled) in [(16usize, true), (16, false), (64, true), (256, true)] {
                     let pages = b * nk / page;
                     let mut order: Vec<u32> = (0..pages as u32).collect();
                     use rand::seq::SliceRandom;
