@@ -246,9 +246,10 @@ pub const fn mma_find(base: usize, head_dim: u32, block_m: u32, block_n: u32) ->
 }
 
 /// A tensor-core backward configuration (FlashAttention-2's algorithm; `gpu/flash_bwd.rs`).
-/// Each of the main kernel's `warps` warps owns 16 keys of the block's key tile (so
-/// `block_n = 16·warps`) and their dK and dV rows in registers, for the whole walk over the
-/// query tiles ([`BWD_BLOCK_M`] rows a step) that see them. Instances are padded: they run
+/// The main kernel's block owns `block_n = 16·warps` keys and their dK and dV in registers for
+/// the whole walk over the query tiles ([`BWD_BLOCK_M`] rows a step) that see them; its warp
+/// grids for the three products are [`BwdConfig::score_key_warps`],
+/// [`BwdConfig::kv_key_warps`] and [`BwdConfig::dq_query_warps`]. Instances are padded: they run
 /// every head dim `d ≤ head_dim` that is a multiple of 8.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BwdConfig {

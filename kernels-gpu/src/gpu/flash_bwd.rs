@@ -6,16 +6,16 @@
 //!    probabilities `P = exp(scale·S − lse)` from the forward's log-sum-exp, and the row's
 //!    [`GradRow`] statistics (`1/Σ P`, the pivot, `D − pivot`). It also zeroes the row's f32 dQ
 //!    accumulator.
-//! 2. **Main** (grid: key tiles × K/V heads × sequences): each warp owns 16 keys of the block's
-//!    tile, with their dK and dV rows in registers. For each query head of the K/V head's group
-//!    and each query tile that sees the keys (two stages of Q, dO and statistics in shared
-//!    memory, the next one streaming in by `cp.async`): `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ`, then
-//!    `P` (normalised) and `dS = P·((dP − pivot) − (D − pivot))` on the accumulators,
-//!    `dV += Pᵀ·dO` and `dK += dSᵀ·Q` with `P` and `dS` repacked in registers as A operands,
-//!    and `dQ += dS·K` through a dSᵀ tile in shared memory, added to the f32 accumulator with
-//!    `red.global.add` (one per element per key tile: the order, hence the last bits, vary
-//!    from run to run; in deterministic mode the key tiles take turns per query tile, in key
-//!    order, through a counter each: bit-identical results).
+//! 2. **Main** (grid: key tiles × K/V heads × sequences): a block owns `16·warps` keys, their
+//!    dK and dV in registers (each warp 32 keys × a share of the columns). For each query head
+//!    of the K/V head's group and each query tile that sees the keys (two stages of Q, dO and
+//!    statistics in shared memory, the next one streaming in by `cp.async`): `S = Q·Kᵀ` and
+//!    `dP = dO·Vᵀ` (each warp 32 queries × 32 keys), then `P` (normalised) and
+//!    `dS = P·((dP − pivot) − (D − pivot))` on the accumulators, stored once to shared memory;
+//!    `dV += Pᵀ·dO` and `dK += dSᵀ·Q` read them back transposed, and `dQ += dS·K` is added to
+//!    the f32 accumulator with `red.global.add` (vector adds on sm_90; the order, hence the last
+//!    bits, vary from run to run; in deterministic mode the key tiles take turns per query
+//!    tile, in key order, through a counter each: bit-identical results). See [`bwd_main`].
 //! 3. **dQ conversion**: `dQ = scale·acc` in the storage type.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
