@@ -25,9 +25,9 @@
 //! contiguous (a narrowed or transposed view needs no copy); a tensor whose head dimension is
 //! strided is copied first. The output is contiguous, shaped like Q.
 //!
-//! What flashattn does not run yet is an error, never a silent fallback: ALiBi slopes and the
-//! softcap are CPU-only (on CUDA tensors the error says so), and sliding windows run on the GPU
-//! with the tensor-core kernels only (f16/bf16, head dims that are multiples of 8). The paged
+//! What flashattn does not run yet is an error, never a silent fallback: sliding windows, ALiBi
+//! slopes and the softcap run on the GPU with the tensor-core kernels only (f16/bf16, head dims
+//! that are multiples of 8; f32 CUDA tensors with them are an error that says so). The paged
 //! variant (`flash_attn_varlen_paged_windowed`) is not provided.
 
 mod op;

@@ -135,6 +135,9 @@ impl Device {
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         let block_n = plan.tiles.map_or(0, |t| t.1 as u32);
         let mut params = attn_params(problem, io, addresses, block_n);
+        // ALiBi slopes, read by the masked instances (freed in stream order after them).
+        let slopes = self.upload_slopes(stream, problem)?;
+        params.alibi_slopes = slopes.as_ref().map_or(0, |b| b.device_address());
         // A K/V cache's per-entry lengths, read by the kernels (freed in stream order after them).
         let cache_lens = match problem.cache_seqlens() {
             Some(lens) => Some(self.upload_u32(stream, lens)?),
@@ -225,6 +228,17 @@ impl Device {
         Ok(())
     }
 
+    /// Copies a problem's ALiBi slopes (when it has any) to the device, in `stream`'s order.
+    pub(crate) fn upload_slopes(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &Problem,
+    ) -> Result<Option<DeviceBuffer<u32>>> {
+        let Some(slopes) = problem.alibi_slopes() else { return Ok(None) };
+        let bits: Vec<u32> = slopes.iter().map(|s| s.to_bits()).collect();
+        Ok(Some(self.upload_u32(stream, &bits)?))
+    }
+
     /// Copies variable-length offsets to the device, in `stream`'s order.
     pub(crate) fn upload_offsets(
         &self,
@@ -299,7 +313,8 @@ pub(crate) fn attn_params(
         heads_q: problem.q().heads as u32,
         group: problem.group_size() as u32,
         head_dim: problem.head_dim() as u32,
-        scale_log2: problem.scale_log2(),
+        // With score modifiers the recurrence runs on logits (`scale` goes in `logit_scale`).
+        scale_log2: if problem.has_score_mod() { flashattn_kernels::math::LOG2_E } else { problem.scale_log2() },
         causal: problem.causal() as u32,
         window_left: window_bound(problem.window().left),
         window_right: window_bound(problem.window().right),
@@ -313,6 +328,10 @@ pub(crate) fn attn_params(
         block_table: 0,
         pages_per_entry: 0,
         page_shift: 0,
+        // (Set by the caller, which uploads the slopes.)
+        alibi_slopes: 0,
+        softcap: if problem.has_score_mod() { problem.score_mod(0).softcap } else { 0.0 },
+        logit_scale: if problem.has_score_mod() { problem.scale() } else { 0.0 },
     };
     if let Some(p) = io.partial {
         params.lse_seq_stride = p.lse_seq_stride;

@@ -134,6 +134,8 @@ impl Device {
         let attn_io = Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse, partial: None };
         let mut attn = attn_params(problem, attn_io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
         attn.o_strides = strides(&io.d_o.1);
+        let slopes = self.upload_slopes(stream, problem)?;
+        attn.alibi_slopes = slopes.as_ref().map_or(0, |b| b.device_address());
         let rows = problem.lse_len() as u64;
         attn.partial_rows = rows;
         let acc_bytes = 4 * rows * problem.head_dim() as u64;
@@ -165,6 +167,7 @@ impl Device {
         unsafe { self.launch_plan(stream, plan, &params) }?;
         drop(scratch);
         drop(offsets);
+        drop(slopes);
         Ok(())
     }
 }

@@ -121,7 +121,8 @@ pub enum Reason {
     Window,
     /// The method has no backward pass (on the GPU, only the tensor-core kernels have one).
     NoBackward,
-    /// A softcap or ALiBi slopes: the GPU kernels do not apply them yet (the CPU path does).
+    /// A softcap or ALiBi slopes: on the GPU only the tensor-core kernels' masked instances apply
+    /// them (forward and backward, 16-byte rows); the CPU path does everywhere.
     ScoreMod,
     /// A K/V cache this method does not read: the tensor-core kernel's decode instances (up to
     /// 16 query rows a tile, rows of 16 bytes) read per-entry lengths (`cache_seqlens`) and paged
@@ -195,7 +196,9 @@ impl std::fmt::Display for Reason {
                  lengths (`flashattn::cpu` runs both, forward and backward)",
             ),
             Reason::ScoreMod => f.write_str(
-                "a softcap or ALiBi slopes (not on the GPU yet; `flashattn::cpu` applies them, forward and backward)",
+                "a softcap or ALiBi slopes (on the GPU only the tensor-core kernels apply them, forward and \
+                 backward, on rows of 16 bytes; `flashattn::cpu::attention` and `cpu::attention_backward` \
+                 apply them for any dtype and layout)",
             ),
             Reason::NotOnHopper { what } => f.write_str(what),
             Reason::NoBackward => f.write_str(
@@ -815,20 +818,19 @@ fn plan_mma(
         ));
     }
     let rows = eff.max_lens().0;
-    let windowed = !problem.window().is_none();
-    if windowed && !aligned {
-        // The window instances copy 16-byte chunks.
-        return Err(unsupported(method, Reason::Window));
+    // Sliding windows and score modifiers run on the masked instances, which copy 16-byte chunks.
+    let masked = masked_features(problem);
+    let windowed = masked.is_some();
+    if let Some((reason, _)) = masked.as_ref().filter(|_| !aligned) {
+        return Err(unsupported(method, reason.clone()));
     }
     // A tile override picks one of the instantiated configurations of this head dim.
     let index = match (tiles.block_m, tiles.block_n) {
         (None, None) if windowed => {
-            let i = mma_window(d as u32, rows <= 16).ok_or_else(|| unsupported(method, Reason::Window))?;
+            let (reason, what) = masked.clone().unwrap_or((Reason::Window, String::new()));
+            let i = mma_window(d as u32, rows <= 16).ok_or_else(|| unsupported(method, reason))?;
             let c = MMA_CONFIGS[i];
-            why.push(format!(
-                "sliding-window instance ({}×{} tiles): key tiles outside every row's window are never loaded",
-                c.block_m, c.block_n
-            ));
+            why.push(format!("masked instance ({}×{} tiles): {what}", c.block_m, c.block_n));
             i
         }
         (_, _) if windowed => {
@@ -926,6 +928,9 @@ fn plan_wgmma(
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
     }
+    if problem.has_score_mod() {
+        return Err(unsupported(method, Reason::ScoreMod));
+    }
     if problem.varlen().is_some() {
         return no("a variable-length batch (not on the Hopper kernel yet; Method::FlashTensorCore runs it)");
     }
@@ -998,6 +1003,9 @@ fn plan_simt(
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
     }
+    if problem.has_score_mod() {
+        return Err(unsupported(method, Reason::ScoreMod));
+    }
     if problem.block_table().is_some() {
         // Paged caches are read by the tensor-core kernel's decode instances only.
         return Err(unsupported(method, Reason::KvCache));
@@ -1066,6 +1074,9 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
     let tiles = opts.tiles;
     if !problem.window().is_none() {
         return Err(unsupported(method, Reason::Window));
+    }
+    if problem.has_score_mod() {
+        return Err(unsupported(method, Reason::ScoreMod));
     }
     if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
         return Err(unsupported(method, Reason::KvCache));
@@ -1194,7 +1205,8 @@ pub fn plan_backward(
         return Err(unsupported(method, Reason::DType { dtype }));
     }
     let d = problem.head_dim();
-    let windowed = !problem.window().is_none();
+    let masked = masked_features(problem);
+    let windowed = masked.is_some();
     let index = if windowed { bwd_window(d as u32) } else { bwd_default(d as u32) };
     let index = index.ok_or_else(|| {
         let supported = BWD_CONFIGS.iter().map(|c| c.head_dim).collect();
@@ -1279,10 +1291,8 @@ pub fn plan_backward(
         }
     )];
     let mut why = why;
-    if windowed {
-        why.push(
-            "sliding window: each key tile visits only the query tiles whose windows hold its keys".into(),
-        );
+    if let Some((_, what)) = masked {
+        why.push(format!("masked instance: {what}"));
     }
     let mut plan = Plan {
         method,
@@ -1300,6 +1310,33 @@ pub fn plan_backward(
     Ok(plan)
 }
 
+/// What the masked instances (forward and backward) apply for `problem`: the reason a method
+/// that lacks them gives (the window's first), and in words what they do. `None`: no window and
+/// no score modifier.
+fn masked_features(problem: &Problem) -> Option<(Reason, String)> {
+    let window = !problem.window().is_none();
+    let mods = problem.has_score_mod();
+    if !window && !mods {
+        return None;
+    }
+    let mut what = Vec::new();
+    if window {
+        what.push("sliding window (key tiles outside every row's window are never loaded)".to_string());
+    }
+    if mods {
+        let sm = problem.score_mod(0);
+        let mut m = Vec::new();
+        if sm.softcap > 0.0 {
+            m.push(format!("softcap {}", sm.softcap));
+        }
+        if problem.alibi_slopes().is_some() {
+            m.push("ALiBi slopes".to_string());
+        }
+        what.push(format!("{} on each score before the softmax", m.join(" and ")));
+    }
+    Some((if window { Reason::Window } else { Reason::ScoreMod }, what.join("; ")))
+}
+
 /// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row),
 /// four f32 statistics per row (one 16-byte row), and in deterministic mode a u32 turn counter per query tile
 /// ([`backward_locks`]).
@@ -1314,15 +1351,13 @@ pub(crate) fn backward_locks(problem: &Problem) -> u64 {
     (problem.batch() * problem.q().heads * problem.max_lens().0.div_ceil(BWD_BLOCK_M as usize)) as u64
 }
 
-/// The first feature of `problem` that only the CPU path runs so far (the forward's and the
-/// backward's planners refuse it alike): score modifiers, and for the backward (`forward`
-/// false) K/V caches, paged or not. (Sliding windows run on the tensor-core kernels, cache
+/// The first feature of `problem` that only the CPU path runs so far: for the backward
+/// (`forward` false) K/V caches, paged or not. (Sliding windows and score modifiers run on the
+/// tensor-core kernels' masked instances, forward and backward, cache
 /// lengths on the forward's tensor-core decode instances and general kernel, paged caches on the
 /// decode instances; the other methods refuse those themselves.)
 fn cpu_only_feature(problem: &Problem, forward: bool) -> Option<Reason> {
-    if problem.has_score_mod() {
-        Some(Reason::ScoreMod)
-    } else if !forward && (problem.block_table().is_some() || problem.cache_seqlens().is_some()) {
+    if !forward && (problem.block_table().is_some() || problem.cache_seqlens().is_some()) {
         Some(Reason::KvCache)
     } else {
         None

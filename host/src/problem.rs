@@ -278,12 +278,13 @@ pub struct AttentionOptions {
     /// forward always is.
     pub deterministic: bool,
     /// Logit softcapping (Gemma-2's `c`): scaled scores `s` become `c·tanh(s/c)` before the
-    /// softmax. `None`: none. CPU path only for now (the GPU methods refuse it with
-    /// `Reason::ScoreMod`).
+    /// softmax. `None`: none. On the GPU the tensor-core kernels apply it (forward and backward,
+    /// rows of 16 bytes); the other methods refuse it (`Reason::ScoreMod`); `flashattn::cpu`
+    /// applies it everywhere.
     pub softcap: Option<f32>,
     /// ALiBi: one slope per query head; the logit of query `t` and key `j` gets
-    /// `−slope·|t + Nk − Nq − j|` (FlashAttention's `alibi_slopes`). `None`: none. CPU path only
-    /// for now (`Reason::ScoreMod` on the GPU).
+    /// `−slope·|t + Nk − Nq − j|` (FlashAttention's `alibi_slopes`). `None`: none. Where it runs:
+    /// as `softcap`.
     pub alibi_slopes: Option<Vec<f32>>,
     /// A K/V cache (FlashAttention's `cache_seqlens`): in a fixed-length batch, entry `b` uses only
     /// the first `cache_seqlens[b]` keys of K and V (their `seqlen` is the cache's capacity);
@@ -534,15 +535,18 @@ impl Problem {
 
     /// The score modifiers of query head `h` (softcap, ALiBi slope; [`ScoreMod`]).
     pub fn score_mod(&self, h: usize) -> ScoreMod {
-        ScoreMod {
-            softcap: self.softcap,
-            alibi_slope: self.alibi_slopes.as_ref().and_then(|s| s.get(h)).copied().unwrap_or(0.0),
-        }
+        ScoreMod::new(self.softcap, self.alibi_slopes.as_ref().and_then(|s| s.get(h)).copied().unwrap_or(0.0))
     }
 
     /// Whether any head has a score modifier (a softcap or non-zero ALiBi slopes).
     pub fn has_score_mod(&self) -> bool {
         self.score_mod
+    }
+
+    /// The ALiBi slopes, one per query head, when some slope is not 0 (`None` otherwise: no
+    /// bias at all).
+    pub fn alibi_slopes(&self) -> Option<&[f32]> {
+        self.alibi_slopes.as_deref().filter(|s| s.iter().any(|&x| x != 0.0))
     }
 
     /// Q's layout.
@@ -747,7 +751,13 @@ impl Problem {
     pub(crate) fn gqa_packed(&self) -> Option<Problem> {
         let g = self.group_size();
         // (A window is relative to each query's position: packing would move it.)
-        if self.varlen.is_some() || self.q.seqlen != 1 || g < 2 || !self.window.is_none() {
+        // (ALiBi too: its bias depends on the position and its slope on the query head.)
+        if self.varlen.is_some()
+            || self.q.seqlen != 1
+            || g < 2
+            || !self.window.is_none()
+            || self.alibi_slopes().is_some()
+        {
             return None;
         }
         let pack = |l: &Layout| Layout {

@@ -111,6 +111,24 @@ pub struct AttnParams {
     pub pages_per_entry: u32,
     /// log2 of the tokens per page (at least 4: pages of 16 tokens or more), with `block_table`.
     pub page_shift: u32,
+    /// ALiBi slopes: one f32 per query head (device address), or 0 for none. Read, with
+    /// `softcap`, by the tensor-core kernels' masked instances (forward and backward) only; the
+    /// host sends score modifiers to no other kernel.
+    pub alibi_slopes: u64,
+    /// Logit softcap `c` (0: none; [`crate::softmax::ScoreMod`]).
+    pub softcap: f32,
+    /// With score modifiers (`softcap > 0` or `alibi_slopes != 0`): the softmax scale, which
+    /// turns a raw score into the scaled score the modifiers take; `scale_log2` is then
+    /// `log2(e)`, as the recurrence runs on the logits. 0 otherwise.
+    pub logit_scale: f32,
+}
+
+impl AttnParams {
+    /// Whether the problem has score modifiers (a softcap or ALiBi slopes).
+    #[inline(always)]
+    pub fn has_score_mod(&self) -> bool {
+        self.softcap > 0.0 || self.alibi_slopes != 0
+    }
 }
 
 /// Threads per block of the K/V append kernel (one block per (entry, new token, K/V head)).

@@ -32,7 +32,7 @@
 //! This module is the one implementation of the recurrence: the GPU kernels and the CPU tiled
 //! implementation both call it. (The f64 test oracle does not: it is the independent check.)
 
-use crate::math::{LN_2, LOG2_E, exp2, fma, log2, tanh};
+use crate::math::{LN_2, LOG2_E, exp2, fma, log2, rcp};
 
 /// Largest `|max·scale_log2|` for which the one-FMA probability ([`BlockStep::prob`]) is used:
 /// its rounding error `δ` is then at most 2^5 in the exponent, a common factor `2^δ` that
@@ -224,42 +224,111 @@ pub fn prob_from_offset(score: f32, scale_log2: f32, offset: f32) -> f32 {
 /// (the softcap `c` first, where set; the ALiBi bias with the head's slope, where set; the
 /// distance is bottom-right aligned like the causal mask). The backward needs
 /// `∂logit/∂s = 1 − tanh²(s/c)` ([`ScoreMod::slope_of`]); the bias does not depend on Q or K.
-/// The CPU implementation applies it today; the GPU kernels refuse problems that have one.
+///
+/// **The softcap's `tanh`, accurate to about an ulp.** With `x = s/c` and `e = e^(−2|x|)`
+/// (one `ex2`), `|tanh x| = (1 − e)/(1 + e)` (one reciprocal) for `|x| ≥` [`TANH_SMALL`], and an
+/// odd polynomial `x + x³·P(x²)` below it, where `1 − e` would cancel (fitted on
+/// `[0, TANH_SMALL]`: within 1.2 ulps of tanh in f32 arithmetic). The derivative
+/// `1 − tanh² = 4e/(1 + e)²` has no cancellation anywhere. `e` underflows to 0 for large `|x|`:
+/// `tanh = ±1`, derivative 0. The GPU's `tanh.approx.f32` would be one instruction but is off by
+/// up to about 2⁻¹¹ — as much as f16's whole rounding of the logit; and `c − 2c/(e^(2x) + 1)`
+/// loses the logit's relative accuracy near 0 (an error of `c·2⁻²³`, measured against the
+/// oracle's log-sum-exp bound).
+///
+/// The CPU implementation and the GPU kernels (forward and backward, the tensor-core kernels'
+/// masked instances) call these same functions.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ScoreMod {
     /// Softcap `c` (0: none).
     pub softcap: f32,
     /// ALiBi slope of the head (0: none).
     pub alibi_slope: f32,
+    /// `1/c` (0 without a softcap).
+    inv_cap: f32,
 }
 
+/// Below this `|s/c|`, [`ScoreMod`]'s `tanh` is a polynomial ([`TANH_POLY`]).
+pub const TANH_SMALL: f32 = 0.55;
+
+/// `P` of `tanh x ≈ x + x³·P(x²)` on `|x| <` [`TANH_SMALL`], lowest degree first (a weighted
+/// least-squares fit of the relative error, refined towards minimax).
+pub const TANH_POLY: [f32; 5] =
+    [-0.333_333_2, 0.133_326_16, -0.053_855_002, 0.021_081_619, -0.006_287_09];
+
 impl ScoreMod {
+    /// No modifier.
+    pub const NONE: ScoreMod = ScoreMod { softcap: 0.0, alibi_slope: 0.0, inv_cap: 0.0 };
+
+    /// The modifiers of one head: softcap `c` (0: none) and ALiBi slope (0: none).
+    #[inline(always)]
+    pub fn new(softcap: f32, alibi_slope: f32) -> Self {
+        let inv_cap = if softcap > 0.0 { 1.0 / softcap } else { 0.0 };
+        ScoreMod { softcap, alibi_slope, inv_cap }
+    }
+
     /// Whether this modifies nothing.
     #[inline(always)]
     pub fn is_none(&self) -> bool {
         self.softcap == 0.0 && self.alibi_slope == 0.0
     }
 
+    /// The softcapped scaled score `c·tanh(s/c)` and its derivative `1 − tanh²(s/c)`; without a
+    /// softcap `(s, 1)`.
+    #[inline(always)]
+    pub fn capped(&self, s: f32) -> (f32, f32) {
+        if self.softcap > 0.0 { self.softcapped(s) } else { (s, 1.0) }
+    }
+
+    /// [`ScoreMod::capped`] for a modifier known to have a softcap (no test: the kernels choose
+    /// once per tile). Both forms of `tanh` are computed and one selected: no branch per score.
+    #[inline(always)]
+    pub fn softcapped(&self, s: f32) -> (f32, f32) {
+        let x = s * self.inv_cap;
+        let ax = x.abs();
+        let e = exp2(ax * (-2.0 * LOG2_E));
+        let q = rcp(1.0 + e);
+        // |tanh x| = (1 − e)/(1 + e), with x's sign (it is ≥ 0).
+        let big = f32::from_bits(((1.0 - e) * q).to_bits() | (x.to_bits() & 0x8000_0000));
+        let u = x * x;
+        let [p0, p1, p2, p3, p4] = TANH_POLY;
+        let poly = fma(fma(fma(fma(p4, u, p3), u, p2), u, p1), u, p0);
+        let small = fma(x * u, poly, x);
+        let t = if ax < TANH_SMALL { small } else { big };
+        (self.softcap * t, 4.0 * e * q * q)
+    }
+
+    /// The position of query `t` (of `len_q`) on the key axis: `t + len_k − len_q` (the key it
+    /// is aligned with; ALiBi's distances are measured from it). Exact in f32 below 2^24 tokens.
+    #[inline(always)]
+    pub fn row_position(t: u32, len_q: u32, len_k: u32) -> f32 {
+        // (Each term and the sum are integers below 2^24: exact.)
+        t as f32 + (len_k as f32 - len_q as f32)
+    }
+
+    /// The ALiBi bias of key `key` (as f32) for the query at `row_position`:
+    /// `slope·|row_position − key|`.
+    #[inline(always)]
+    pub fn bias(&self, row_position: f32, key: f32) -> f32 {
+        self.alibi_slope * (row_position - key).abs()
+    }
+
+    /// The logit of scaled score `s` for the query at `row_position` ([`ScoreMod::row_position`])
+    /// and key `key`.
+    #[inline(always)]
+    pub fn logit_at(&self, s: f32, row_position: f32, key: f32) -> f32 {
+        self.capped(s).0 - self.bias(row_position, key)
+    }
+
     /// The logit of scaled score `s` of query `t` and key `j`.
     #[inline(always)]
     pub fn logit(&self, s: f32, t: u32, j: u32, len_q: u32, len_k: u32) -> f32 {
-        let capped = if self.softcap > 0.0 { self.softcap * tanh(s / self.softcap) } else { s };
-        if self.alibi_slope == 0.0 {
-            return capped;
-        }
-        let dist = (t as i64 + len_k as i64 - len_q as i64 - j as i64).unsigned_abs() as f32;
-        capped - self.alibi_slope * dist
+        self.logit_at(s, Self::row_position(t, len_q, len_k), j as f32)
     }
 
     /// `∂logit/∂s` at scaled score `s`: `1 − tanh²(s/c)` with a softcap, else 1.
     #[inline(always)]
     pub fn slope_of(&self, s: f32) -> f32 {
-        if self.softcap > 0.0 {
-            let th = tanh(s / self.softcap);
-            1.0 - th * th
-        } else {
-            1.0
-        }
+        self.capped(s).1
     }
 }
 
@@ -414,13 +483,28 @@ mod tests {
         let none = ScoreMod::default();
         assert!(none.is_none());
         assert_eq!(none.logit(7.5, 3, 9, 4, 10), 7.5);
-        let cap = ScoreMod { softcap: 2.0, alibi_slope: 0.0 };
+        let cap = ScoreMod::new(2.0, 0.0);
         assert!((cap.logit(100.0, 0, 0, 1, 1) - 2.0).abs() < 1e-6);
-        assert!((cap.logit(1.0, 0, 0, 1, 1) - 2.0 * 0.5f32.tanh()).abs() < 1e-7);
-        assert!((cap.slope_of(1.0) - (1.0 - 0.5f32.tanh().powi(2))).abs() < 1e-7);
+        assert_eq!(cap.logit(-1e30, 0, 0, 1, 1), -2.0);
+        assert_eq!(cap.logit(f32::INFINITY, 0, 0, 1, 1), 2.0);
+        assert!(cap.logit(f32::NAN, 0, 0, 1, 1).is_nan());
+        // Against f64's tanh: within 2 ulps of the logit (relative), on both sides of the
+        // polynomial's range, near 0 and in the saturated tails; the derivative within a few.
+        for i in -40000..=40000 {
+            let s = i as f32 * 0.001 + 1e-4;
+            let th = (s as f64 / 2.0).tanh();
+            let got = cap.logit(s, 0, 0, 1, 1) as f64;
+            assert!((got - 2.0 * th).abs() <= 2.0 * f32::EPSILON as f64 * (2.0 * th).abs(), "s = {s}: {got}");
+            // (1 − tanh² as 1/cosh²: f64's 1 − th² cancels in the tails.)
+            let want = 1.0 / (s as f64 / 2.0).cosh().powi(2);
+            // (`e^(−2|x|)` carries the rounding of its argument, `|x|·ε`, as a relative error.)
+            let ulps = 4.0 + 4.0 * (s as f64 / 2.0).abs();
+            assert!((cap.slope_of(s) as f64 - want).abs() <= ulps * f32::EPSILON as f64 * want, "s = {s}");
+        }
+        assert_eq!(cap.slope_of(1e30), 0.0);
         // Query 3 of 4 against 10 keys sits at key 9: key 9 is at distance 0, key 4 at 5, and a
         // key after the diagonal (non-causal) at its absolute distance.
-        let alibi = ScoreMod { softcap: 0.0, alibi_slope: 0.5 };
+        let alibi = ScoreMod::new(0.0, 0.5);
         assert_eq!(alibi.logit(1.0, 3, 9, 4, 10), 1.0);
         assert_eq!(alibi.logit(1.0, 3, 4, 4, 10), 1.0 - 2.5);
         assert_eq!(alibi.logit(1.0, 0, 9, 4, 10), 1.0 - 1.5);

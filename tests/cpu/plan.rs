@@ -525,29 +525,55 @@ fn backward_plans_and_refusals() {
     assert_eq!(p.launches.len(), 2, "{p}");
 }
 
-/// Score modifiers: refused by every GPU method (forward and backward) as `Reason::ScoreMod`;
-/// invalid values are typed input errors before that.
+/// Score modifiers run on the tensor-core kernels' masked instances, forward and backward (Auto
+/// takes them); the other GPU methods refuse them as `Reason::ScoreMod`, and so does f32 under
+/// Auto. Decoding with ALiBi does not pack grouped query heads (the bias depends on the head and
+/// the position); with a softcap alone it does.
 #[test]
-fn score_modifiers_are_refused_on_the_gpu_and_validated() {
+fn score_modifiers_run_on_tensor_cores_and_are_refused_elsewhere() {
     use flashattn::plan_backward;
     let h200 = DeviceProps::h200();
     let l = Layout::bshd(1, 64, 2, 64);
     let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
-    for opts in [
-        AttentionOptions { softcap: Some(30.0), ..Default::default() },
-        AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25]), ..Default::default() },
+    for (opts, what) in [
+        (AttentionOptions { softcap: Some(30.0), ..Default::default() }, "softcap 30"),
+        (AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25]), ..Default::default() }, "ALiBi"),
     ] {
         for method in Method::ALL {
             let o = AttentionOptions { method, ..opts.clone() };
             let r = plan(&h200, DType::BF16, &problem(l, l, &o), &o);
-            assert!(
-                matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })),
-                "{method}: {r:?}"
-            );
+            match method {
+                Method::Auto | Method::FlashTensorCore => {
+                    let p = r.unwrap();
+                    assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+                    assert!(p.kernel().ends_with("_win"), "{p}");
+                    assert!(p.why.iter().any(|w| w.contains(what)), "{p}");
+                }
+                _ => assert!(
+                    matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })),
+                    "{method}: {r:?}"
+                ),
+            }
         }
-        let r = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts);
+        let p = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts).unwrap();
+        assert!(p.launches.iter().any(|x| matches!(&x.kind, LaunchKind::Kernel(k) if k.ends_with("_win"))), "{p}");
+        assert!(p.why.iter().any(|w| w.contains(what)), "{p}");
+        let r = plan(&h200, DType::F32, &problem(l, l, &opts), &opts);
+        assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");
+        // Element-wise rows (d = 60) have no masked instance.
+        let odd = Layout::bshd(1, 64, 2, 60);
+        let r = plan(&h200, DType::BF16, &problem(odd, odd, &opts), &opts);
         assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");
     }
+    // Decoding, 8 query heads over 2 K/V heads: packed with a softcap, not with ALiBi.
+    let (q1, kv) = (Layout::bshd(2, 1, 8, 128), Layout::bshd(2, 4096, 2, 128));
+    let cap = AttentionOptions { softcap: Some(30.0), ..Default::default() };
+    assert!(plan(&h200, DType::BF16, &problem(q1, kv, &cap), &cap).unwrap().gqa_packed);
+    let alibi = AttentionOptions { alibi_slopes: Some(vec![0.5; 8]), ..Default::default() };
+    assert!(!plan(&h200, DType::BF16, &problem(q1, kv, &alibi), &alibi).unwrap().gqa_packed);
+    // A zero slope for every head is no modifier at all.
+    let zero = AttentionOptions { alibi_slopes: Some(vec![0.0; 2]), ..Default::default() };
+    assert!(!plan(&h200, DType::BF16, &problem(l, l, &zero), &zero).unwrap().kernel().ends_with("_win"));
     // A K/V cache's per-entry lengths: the tensor-core kernel's decode instances read them (Auto
     // takes them for a decode step), the general kernel too (Auto takes it for a 64-token chunk,
     // which the tensor-core kernel refuses); the Hopper kernel, standard attention and the

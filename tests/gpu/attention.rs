@@ -7,7 +7,7 @@ use flashattn::{
     AttentionOptions, DType, Device, DeviceBuffer, Element, Error, InvalidInput, Layout, Method, Problem,
     Tiles, bf16, f16,
 };
-use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
 use flashattn_testkit::tolerance::check_untouched;
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, Values, check};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -39,6 +39,10 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("attention::split_kv_without_lse", split_kv_without_lse),
     ("attention::sliding_windows_f16", sliding_windows::<f16>),
     ("attention::sliding_windows_bf16", sliding_windows::<bf16>),
+    ("attention::score_modifiers_f16", score_modifiers::<f16>),
+    ("attention::score_modifiers_bf16", score_modifiers::<bf16>),
+    ("attention::random_score_modifiers_f16", random_score_modifiers::<f16>),
+    ("attention::random_score_modifiers_bf16", random_score_modifiers::<bf16>),
     ("attention::kv_cache_f16", kv_cache::<f16>),
     ("attention::kv_cache_bf16", kv_cache::<bf16>),
     ("attention::paged_cache_f16", paged_cache::<f16>),
@@ -632,6 +636,114 @@ fn sliding_windows<T: Element>(dev: &Device) -> Result<(), String> {
                 return Err(format!("the tensor-core kernel refused a window:\n{case}"));
             }
         }
+    }
+    Ok(())
+}
+
+/// ALiBi slopes for `heads` query heads, BLOOM's geometric series from `base`.
+pub fn alibi(heads: usize, base: f32) -> Option<Vec<f32>> {
+    Some((0..heads).map(|h| base.powi(h as i32 + 1)).collect())
+}
+
+/// Softcap and ALiBi through the tensor-core kernel's masked instances, against the oracle:
+/// softcap alone (30, Gemma-2's 50, and a tight 2 that bends every score), ALiBi alone, both,
+/// and both with a sliding window; causal and not, Nq ≠ Nk both ways, GQA, varlen with empty
+/// sequences, decode with split-KV (the planner's count and an override) and GQA packing (with
+/// a softcap alone: ALiBi's bias is per head and position), exact and padded head dims, and
+/// logits in the hundreds (`scale` 1). The plan must name the masked instance; rows that are not
+/// 16-byte aligned are refused as `Reason::ScoreMod`.
+fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd, Padded};
+    type Mods = (Option<f32>, Option<Vec<f32>>, flashattn::Window);
+    let none = flashattn::Window::default();
+    let mods: Vec<Mods> = vec![
+        (Some(30.0), None, none),
+        (Some(2.0), None, none),
+        (None, alibi(8, 0.5), none),
+        (Some(50.0), alibi(8, 0.7), none),
+        (Some(20.0), alibi(8, 0.3), flashattn::Window { left: Some(100), right: Some(7) }),
+    ];
+    let varlen = || ragged([700, 3, 0, 64, 200]);
+    let mut specs = Vec::new();
+    for (i, (cap, slopes, win)) in mods.into_iter().enumerate() {
+        for causal in [false, true] {
+            let d = [64, 128, 256, 40, 96][i % 5];
+            let layout = if d % 64 == 0 { Bshd } else { Aligned };
+            for mut s in [
+                spec(batch(2, 300, 300), 2, 1, d, causal, layout),
+                spec(batch(1, 130, 700), 4, 2, d, causal, Bhsd),
+                spec(batch(1, 700, 130), 2, 2, d, causal, layout),
+                spec(varlen(), 2, 1, d, causal, layout),
+                spec(batch(3, 1, 3000), 8, 2, d, causal, layout),
+            ] {
+                s.softcap = cap;
+                s.alibi_slopes = slopes.clone().map(|v| v[..s.heads_q].to_vec());
+                s.window = win;
+                if i == 1 {
+                    // Raw scores in the hundreds: the softcap bends them all.
+                    s.scale = Some(1.0);
+                }
+                specs.push(s);
+            }
+        }
+    }
+    if small() {
+        specs.retain(|s| s.head_dim <= 128);
+    }
+    let mut odd = spec(batch(1, 100, 100), 2, 1, 59, true, Padded);
+    odd.softcap = Some(30.0);
+    let case = Case::<T>::random(&mut case_rng(), &odd);
+    match dev
+        .plan::<T>(&case.problem, &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() })
+    {
+        Err(flashattn::Error::InvalidInput(flashattn::InvalidInput::Unsupported {
+            reason: flashattn::Reason::ScoreMod,
+            ..
+        })) => {}
+        other => return Err(format!("a softcap on element-wise rows: expected Reason::ScoreMod, got {other:?}")),
+    }
+    for mut s in specs {
+        let decode = matches!(s.sequences, Sequences::Batch { seqlen_q: 1, .. });
+        let splits: &[Option<usize>] = if decode { &[None, Some(5)] } else { &[None] };
+        for &n in splits {
+            s.splits = n;
+            let case = Case::<T>::random(&mut case_rng(), &s);
+            let plan = dev
+                .plan::<T>(&case.problem, &AttentionOptions { method: Method::Auto, ..case.opts.clone() })
+                .map_err(|e| format!("{e}\n{case}"))?;
+            if plan.method != Method::FlashTensorCore || !plan.kernel().ends_with("_win") {
+                return Err(format!("score modifiers not on the masked instance: {plan}\n{case}"));
+            }
+            if decode && plan.gqa_packed != (s.alibi_slopes.is_none() && s.window.is_none()) {
+                return Err(format!("GQA packing with modifiers: {plan}\n{case}"));
+            }
+            if !run_and_check(dev, &case, Method::Auto)? {
+                return Err(format!("Auto refused score modifiers:\n{case}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Random cases with score modifiers (the CPU suite's strategy: softcaps in [0.5, 50), ALiBi
+/// slopes, both) through the tensor-core kernel, on the head dims and 16-byte rows its masked
+/// instances run.
+fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
+    let strategy = (spec_with_score_mods(), 0..6usize, proptest::num::u64::ANY);
+    let mut runner = seeded_runner(200 + T::DTYPE as u64);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
+        spec.tiles = Default::default();
+        for_tensor_cores(&mut spec, pick, false);
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run_and_check(dev, &case, Method::FlashTensorCore).map_err(TestCaseError::fail)? {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
+    if ran.into_inner() == 0 {
+        return Err("the tensor-core kernel ran none of the cases".into());
     }
     Ok(())
 }

@@ -12,20 +12,24 @@ use flashattn_testkit::grad::{
     attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
 };
 use flashattn_testkit::oracle::widen;
-use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec};
 use proptest::test_runner::TestCaseError;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::GpuTest;
-use crate::attention::{batch, case_rng, edge_specs, for_tensor_cores, run_seed, seeded_runner, small, spec};
+use crate::attention::{
+    alibi, batch, case_rng, edge_specs, for_tensor_cores, run_seed, seeded_runner, small, spec,
+};
 
 pub const TESTS: &[(&str, GpuTest)] = &[
     ("backward::shapes_f16", shapes::<f16>),
     ("backward::shapes_bf16", shapes::<bf16>),
     ("backward::random_f16", random::<f16>),
     ("backward::random_bf16", random::<bf16>),
+    ("backward::random_score_modifiers_f16", random_score_modifiers::<f16>),
+    ("backward::random_score_modifiers_bf16", random_score_modifiers::<bf16>),
     ("backward::refusals_write_nothing", refusals),
     ("backward::deterministic_bit_identical", deterministic),
 ];
@@ -193,6 +197,42 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
+    // Score modifiers (the masked instances): softcap alone (a tight 2 with raw scores in the
+    // tens: every score bent), ALiBi alone, both, both with a window; GQA, Nq ≠ Nk, varlen.
+    let none = flashattn::Window::default();
+    for (i, (cap, slopes, win)) in [
+        (Some(30.0), None, none),
+        (Some(2.0), None, none),
+        (None, alibi(4, 0.5), none),
+        (Some(50.0), alibi(4, 0.7), w(Some(70), Some(33))),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = dims[(i + 2) % dims.len()];
+        for causal in [false, true] {
+            for mut s in [
+                spec(batch(2, 300, 300), 4, 2, d, causal, Bshd),
+                spec(batch(1, 500, 130), 2, 2, d, causal, Aligned),
+                spec(
+                    Sequences::VarLen { q_lens: vec![65, 0, 129], k_lens: vec![300, 3, 64], spare_q: 1, spare_k: 2 },
+                    2,
+                    1,
+                    d,
+                    causal,
+                    Bhsd,
+                ),
+            ] {
+                s.softcap = cap;
+                s.alibi_slopes = slopes.clone().map(|v| v[..s.heads_q].to_vec());
+                s.window = win;
+                if i == 1 {
+                    s.scale = Some(0.5);
+                }
+                specs.push(s);
+            }
+        }
+    }
     let mut worst = 0.0f64;
     for (i, s) in specs.iter().enumerate() {
         let case = Case::<T>::random(&mut case_rng(), s);
@@ -202,6 +242,32 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         }
     }
     eprintln!("backward shapes {}: worst rule ratio {worst:.3}", T::DTYPE);
+    Ok(())
+}
+
+/// Random cases with score modifiers (softcaps in [0.5, 50), ALiBi slopes, both), made to fit
+/// the tensor cores.
+fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
+    let strategy = (spec_with_score_mods(), 0..6usize, proptest::num::u64::ANY);
+    let mut runner = seeded_runner(300 + T::DTYPE as u64);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
+        spec.tiles = Default::default();
+        spec.splits = None;
+        for_tensor_cores(&mut spec, pick, false);
+        spec.head_dim = spec.head_dim.min(max_head_dim());
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run_backward(dev, &case, input_seed ^ 1).map_err(TestCaseError::fail)?.is_some() {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| {
+        format!("{} backward, score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed())
+    })?;
+    if ran.into_inner() == 0 {
+        return Err("the backward ran none of the cases".into());
+    }
     Ok(())
 }
 

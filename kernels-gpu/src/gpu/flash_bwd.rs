@@ -30,6 +30,7 @@ use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
+use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
 use crate::config::BwdConfig;
@@ -219,6 +220,13 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
                 E::mma(&mut dp[2 * np + 1], &ado, bv[2], bv[3]);
             }
         }
+        if WIN {
+            // Softcap and ALiBi (problems that have them): the scores become logits.
+            // SAFETY: the host sizes the slopes.
+            unsafe {
+                score_mod::apply::<1, { PBN / 8 }>(p, &seq, h, core::array::from_mut(&mut s), m0 + warp_row0, n0, (g, t4))
+            };
+        }
         let scale_log2 = p.scale_log2;
         for (half, st) in stats.iter_mut().enumerate() {
             // Probabilities (0 where masked) and this lane's most probable key of the tile.
@@ -265,6 +273,48 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
     }
     // No copy stays in flight past the kernel (with no key tile, Q's and dO's never waited).
     cp_async::wait::<0>();
+}
+
+/// One query row's inputs to its P and dS: the statistics `[offset, 1/Σ P, pivot, D − pivot]`,
+/// its visible keys `begin..limit`, this lane's first key `key0` (its keys are
+/// `key0 + 8·nt + e`), its key position (ALiBi) and `scale_log2`.
+struct RowCtx {
+    stats: [f32; 4],
+    begin: u32,
+    limit: u32,
+    key0: u32,
+    pos: f32,
+    scale_log2: f32,
+}
+
+/// P (normalised; 0 where masked) and dS of one row's `NT` 8-key tiles of the lane (elements
+/// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`: the scores become
+/// logits first for modifier kind `M`, and dS takes the softcap's derivative. Branch-free: every
+/// score's probability (a row without probabilities has `1/Σ P = 0`, and `offset = -inf` where
+/// it saw no key), 0 selected where masked.
+#[inline(always)]
+fn probs_and_ds<const M: u32, const NT: usize>(
+    hm: &HeadMod,
+    row: &RowCtx,
+    sc: &[[f32; 4]; NT],
+    dp: &[[f32; 4]; NT],
+    half: usize,
+    mut store: impl FnMut(usize, [f32; 2], [f32; 2]),
+) {
+    let [offset, inv, pivot, d_rel] = row.stats;
+    for nt in 0..NT {
+        let mut pr = [0.0f32; 2];
+        let mut ds = [0.0f32; 2];
+        for e in 0..2 {
+            let key = row.key0 + 8 * nt as u32 + e as u32;
+            let (logit, slope) = hm.logit::<M>(sc[nt][2 * half + e], row.pos, key as f32);
+            let x = prob_from_offset(logit, row.scale_log2, offset) * inv;
+            pr[e] = if (key < row.limit) & (key >= row.begin) { x } else { 0.0 };
+            let d = GradRow::ds(pr[e], dp[nt][2 * half + e], pivot, d_rel);
+            ds[e] = if M == MOD_SOFTCAP { d * slope } else { d };
+        }
+        store(nt, pr, ds);
+    }
 }
 
 /// `acc += A·Bᵀ` over the head dim, for one warp's `MT` 16-row slabs of the `[m][k]` tile `a`
@@ -460,6 +510,10 @@ unsafe fn bwd_main<
             }
             // P (normalised; 0 where masked) and dS, stored as the element type.
             let scale_log2 = p.scale_log2;
+            // Score modifiers (masked instances; one kind per problem, chosen here once).
+            let kind = if WIN { mod_kind(p) } else { MOD_NONE };
+            // SAFETY: the host sizes the slopes (read only with modifiers).
+            let hm = if kind != MOD_NONE { unsafe { HeadMod::of(p, &seq, h) } } else { HeadMod::NONE };
             for mt in 0..MT1 {
                 for half in 0..2 {
                     let qr = q0 + 16 * mt as u32 + g + 8 * half as u32;
@@ -474,24 +528,27 @@ unsafe fn bwd_main<
                     } else {
                         (0, mask::key_end(m0 + qr + 1, seq.len_q, seq.len_k, causal))
                     };
-                    // Branch-free: every score's probability (a row without probabilities has
-                    // `1/Σ P = 0`, and `offset = -inf` where it saw no key), 0 selected where
-                    // masked.
-                    for nt in 0..NT1 {
-                        let mut pr = [0.0f32; 2];
-                        let mut ds = [0.0f32; 2];
-                        for e in 0..2 {
-                            let key = n0 + k0 + 8 * nt as u32 + 2 * t4 + e as u32;
-                            let x = prob_from_offset(sc[mt][nt][2 * half + e], scale_log2, offset) * inv;
-                            pr[e] = if (key < limit) & (key >= begin) { x } else { 0.0 };
-                            ds[e] = GradRow::ds(pr[e], dp[mt][nt][2 * half + e], pivot, d_rel);
-                        }
+                    let row = RowCtx {
+                        stats: [offset, inv, pivot, d_rel],
+                        begin,
+                        limit,
+                        key0: n0 + k0 + 2 * t4,
+                        pos: hm.position(m0 + qr),
+                        scale_log2,
+                    };
+                    let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
                         let at = swizzle(qr, k0 / 8 + nt as u32, pc) + 4 * t4;
                         // SAFETY: row qr < BM, chunk < BN/8 of the P and dS tiles.
                         unsafe {
                             shared::store_u32(p_tile + at, E::pack(pr[0], pr[1]));
                             shared::store_u32(ds_tile + at, E::pack(ds[0], ds[1]));
                         }
+                    };
+                    let (scm, dpm) = (&sc[mt], &dp[mt]);
+                    match kind {
+                        MOD_NONE => probs_and_ds::<MOD_NONE, NT1>(&hm, &row, scm, dpm, half, store),
+                        MOD_ALIBI => probs_and_ds::<MOD_ALIBI, NT1>(&hm, &row, scm, dpm, half, store),
+                        _ => probs_and_ds::<MOD_SOFTCAP, NT1>(&hm, &row, scm, dpm, half, store),
                     }
                 }
             }

@@ -32,6 +32,7 @@ use super::arch::thread::{
     block_x, block_y, block_z, grid_dim_x, let_dependent_grid_start, opaque, sync_threads, thread_x,
     thread_x_opaque,
 };
+use super::score_mod;
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
 use crate::config::{MmaConfig, PAD_ELEMENTS, PAD_EXACT};
@@ -255,6 +256,9 @@ unsafe fn flash_fwd_mma<
         cp_async::commit();
 
         if WIN {
+            // Softcap and ALiBi (problems that have them; the masks below then hide logits).
+            // SAFETY: the host sizes the slopes.
+            unsafe { score_mod::apply::<MI, NT>(p, &seq, h, &mut s, m0 + warp_row0, n0, (g, t4)) };
             mask_window::<MI, NT, BM>(p, &seq, &mut s, n0, m0, warp_row0, (g, t4), causal);
         } else if n0 + (BN as u32) > free_end {
             // Mask the tiles that cross the diagonal or the end of the keys: each row sees keys

@@ -12,6 +12,7 @@ mod flash_simt;
 #[cfg(target_feature = "sm_90a")]
 mod flash_wgmma;
 mod sequence;
+mod score_mod;
 mod softmax_rows;
 mod tile;
 
