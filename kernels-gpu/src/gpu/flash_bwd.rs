@@ -615,25 +615,18 @@ unsafe fn bwd_main<
             }
             sync_threads();
         }
-        // Each lane adds columns `c0 + 8·nt + 2·t4` and the next of its two rows: one base
-        // address per row and compile-time offsets (no address register is rewritten between
-        // the adds, which would wait for the previous add to read its operands). Column tiles
-        // at or past the head dim (padded instances; d is a multiple of 8) are skipped.
+        // The adds into the f32 accumulator: on sm_90 four columns at once (see `add_tiles`),
+        // before two at a time. Column tiles at or past the head dim (padded instances; d is a
+        // multiple of 8) are skipped.
         let d = p.head_dim;
         let tiles_inside = d.saturating_sub(c0) / 8;
-        for half in 0..2 {
-            let row = m0 + 16 * qs + g + 8 * half as u32;
-            if row < seq.len_q {
-                let base = bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + (c0 + 2 * t4) as u64);
-                for (nt, at) in acc.iter().enumerate() {
-                    if (nt as u32) < tiles_inside {
-                        // SAFETY: columns c0 + 8·nt + 2·t4 and the next, < d, of the row's
-                        // accumulator (host sizing), 8-byte aligned (d and c0 multiples of 8).
-                        unsafe { add_pair(base + 32 * nt as u64, [at[2 * half], at[2 * half + 1]]) };
-                    }
-                }
-            }
-        }
+        let row_base = |half: u32, col: u32| -> Option<u64> {
+            let row = m0 + 16 * qs + g + 8 * half;
+            (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
+        };
+        // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
+        // accumulator (host sizing), aligned as `add_tiles` needs.
+        unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
         if bp.locks != 0 {
             // Every thread's adds are done (the barrier), then the next key tile's turn.
             sync_threads();
@@ -674,23 +667,59 @@ unsafe fn bwd_main<
     }
 }
 
-/// Adds two consecutive f32 of the dQ accumulator: one vector reduction on sm_90, two scalar
-/// ones before.
+/// Adds one warp's dQ tiles (`acc[nt]`: rows g and g+8, columns `8·nt + 2·t4` and the next) to
+/// the f32 accumulator, tiles `nt < tiles` only. `base(half, col)` is the address of column `col`
+/// (relative to the warp's first) of the lane's row `g + 8·half`, `None` past the sequence.
+///
+/// sm_90: lanes `t4` and `t4 ^ 1` swap one row's pair with a shuffle, so that the even lane holds
+/// four consecutive columns of row g and the odd lane four of row g+8: one
+/// `red.global.add.v4.f32` per tile and lane. Before sm_90: two scalar adds per pair.
 ///
 /// # Safety
-/// `addr` must be a valid, 8-byte aligned, writable global address of two f32.
+/// Every address `base` returns must be valid for the columns added there, 16-byte aligned for
+/// even multiples of 4 columns (sm_90) — the accumulator's rows and `col` multiples of 8 floats
+/// are.
 #[inline(always)]
-unsafe fn add_pair(addr: u64, x: [f32; 2]) {
+unsafe fn add_tiles<const NT: usize>(
+    acc: &[[f32; 4]; NT],
+    tiles: u32,
+    t4: u32,
+    base: impl Fn(u32, u32) -> Option<u64>,
+) {
     #[cfg(target_feature = "sm_90a")]
-    // SAFETY: forwarded contract.
-    unsafe {
-        global::red_add_f32x2(addr, x)
-    };
+    {
+        let odd = t4 % 2;
+        // The even lane's four columns start at its own pair, the odd lane's at its partner's.
+        let at = base(odd, 2 * (t4 - odd));
+        for (nt, a) in acc.iter().enumerate() {
+            // Every lane takes part in the exchange (outside any lane-dependent branch): the even
+            // lane sends its row g+8 pair and receives its partner's row g pair, the odd lane the
+            // reverse.
+            let send = if odd == 0 { [a[2], a[3]] } else { [a[0], a[1]] };
+            let got = [shuffle::xor(send[0], 1), shuffle::xor(send[1], 1)];
+            let v = if odd == 0 { [a[0], a[1], got[0], got[1]] } else { [got[0], got[1], a[2], a[3]] };
+            if let Some(at) = at
+                && (nt as u32) < tiles
+            {
+                // SAFETY: forwarded contract (four columns, 16-byte aligned).
+                unsafe { global::red_add_f32x4(at + 32 * nt as u64, v) };
+            }
+        }
+    }
     #[cfg(not(target_feature = "sm_90a"))]
-    // SAFETY: forwarded contract.
-    unsafe {
-        global::red_add_f32(addr, x[0]);
-        global::red_add_f32(addr + 4, x[1]);
+    for half in 0..2u32 {
+        if let Some(at) = base(half, 2 * t4) {
+            for (nt, a) in acc.iter().enumerate() {
+                if (nt as u32) < tiles {
+                    let h = 2 * half as usize;
+                    // SAFETY: forwarded contract.
+                    unsafe {
+                        global::red_add_f32(at + 32 * nt as u64, a[h]);
+                        global::red_add_f32(at + 32 * nt as u64 + 4, a[h + 1]);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -257,17 +257,20 @@ pub unsafe fn red_add_f32(addr: u64, x: f32) {
     unsafe { asm!("red.global.add.f32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
 
-/// `red.global.add.v2.f32`: adds `x[0]` and `x[1]` to the two f32 at `addr` atomically (each
-/// element on its own; sm_90, PTX ISA 8.1): one memory instruction instead of two.
+/// `red.global.add.v4.f32`: adds `x[0..4]` to the four f32 at `addr` atomically (each element on
+/// its own; sm_90, PTX ISA 8.1).
 ///
 /// # Safety
-/// `addr` must be a valid, 8-byte aligned, writable global address of two f32.
+/// `addr` must be a valid, 16-byte aligned, writable global address of four f32.
 #[cfg(target_feature = "sm_90a")]
 #[inline(always)]
-pub unsafe fn red_add_f32x2(addr: u64, x: [f32; 2]) {
+pub unsafe fn red_add_f32x4(addr: u64, x: [f32; 4]) {
     // SAFETY: caller's contract.
     unsafe {
-        asm!("red.global.add.v2.f32 [{a}], {{{x}, {y}}};", a = in(reg64) addr, x = in(reg32) x[0], y = in(reg32) x[1])
+        asm!(
+            "red.global.add.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}};",
+            a = in(reg64) addr, x = in(reg32) x[0], y = in(reg32) x[1], z = in(reg32) x[2], w = in(reg32) x[3]
+        )
     };
 }
 
