@@ -3,7 +3,7 @@
 
 Reads the shapes file that `flashattn-bench run --peers` writes (a JSON list of
 {key, group, dtype, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, mask, causal,
-window_left, flops, kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
+window_left, softcap, alibi, flops, kv_bytes}) and appends JSON lines in flashattn-bench's record format to --out: one `meta` line,
 then one `row` per shape, pass and backend, flushed as measured.
 
 Backends: torch.nn.functional.scaled_dot_product_attention pinned with
@@ -17,13 +17,24 @@ FlexAttention (`flex`, rows `torch-flex`): torch.nn.attention.flex_attention.fle
 torch.compile, with a block mask from create_block_mask (built once per shape, outside the timed
 call) whose mask_mod encodes the causal mask and the sliding window bottom-right aligned as
 flashattn's: query q's diagonal key is q + Nk - Nq; causal keeps kv <= diagonal, a left window
-of L keys keeps kv >= diagonal - L. It runs on causal shapes and on window shapes only (a dense
-shape has no flex row). Sliding-window shapes (window_left set; the key ends with /wL) can be
+of L keys keeps kv >= diagonal - L. It runs on causal shapes, on window shapes and on shapes with
+a score modifier only (a dense shape without one has no flex row). Sliding-window shapes (window_left set; the key ends with /wL) can be
 rectangular causal, as FlexAttention aligns them as we do; the SDPA backends cannot apply a window
 and record them `unsupported`; `naive` applies it as a boolean mask. FLOPs are the shapes file's
 `flops` (for a window: the visible (query, key) pairs, as flashattn-bench counts them). If flex
 attention is not importable, or its compilation fails on a shape, its rows are `unsupported` with
 the error message; the other backends go on.
+
+Score modifiers (`flashattn-bench run --softcap C`, `--alibi`; the shapes file's softcap, a number
+or null, and alibi, a bool; the key ends with /capC and/or /alibi): only flex runs them, through a
+score_mod(score, b, h, q_idx, kv_idx) on the scaled score, before the softmax, as flashattn applies
+them: the softcap first, c * tanh(score / c), then ALiBi, score - slopes[h] * |q_idx + Nk - Nq -
+kv_idx| (bottom-right aligned, FlashAttention's convention), with BLOOM's slopes
+slopes[h] = 2^(-8(h+1)/H) over the H query heads (h is the query head under GQA), together with the
+block mask above where the shape is causal or windowed (none on a dense shape). Gradients flow
+through the score_mod, so the backward passes run too. The SDPA backends and `naive` record such
+shapes `unsupported`; the f32 reference of the error column applies the modifiers itself (its
+scores materialized, on the (0, 0) slice). FLOPs are unchanged by a modifier.
 
 Grouped-query attention (kv_heads < heads): K and V have kv_heads heads, query head h uses K/V head
 h // (heads // kv_heads). The SDPA backends get enable_gqa=True (torch >= 2.5; a backend without
@@ -71,7 +82,7 @@ import warnings
 import zlib
 
 BACKENDS = ["flash", "cudnn", "efficient", "math", "naive", "flex"]
-# The backends of torch.nn.functional.scaled_dot_product_attention (no sliding window).
+# The backends of torch.nn.functional.scaled_dot_product_attention (no sliding window, no score modifier).
 SDPA = ("flash", "cudnn", "efficient", "math")
 # Pass names (as flashattn-bench's) and their FLOPs over the forward's (FlashAttention's rule).
 PASSES = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
@@ -302,9 +313,19 @@ def main():
         w = s.get("window_left")
         return None if w is None else int(w)
 
+    def softcap_of(s):
+        c = s.get("softcap")
+        return None if c is None else float(c)
+
+    def score_mods_of(s):
+        """The shape's score modifiers in words ("softcap 30", "ALiBi"), empty without any."""
+        c = softcap_of(s)
+        return ([] if c is None else [f"softcap {c:g}"]) + (["ALiBi"] if s.get("alibi") else [])
+
     def backends_of(s):
-        """The backends run on a shape: flex only on causal or window shapes."""
-        return [b for b in wanted if b != "flex" or bool(s["causal"]) or window_of(s) is not None]
+        """The backends run on a shape: flex only on causal, window or score-modifier shapes."""
+        return [b for b in wanted
+                if b != "flex" or bool(s["causal"]) or window_of(s) is not None or score_mods_of(s)]
 
     total = sum(len(backends_of(s)) for s in shapes) * len(passes)
 
@@ -332,6 +353,37 @@ def main():
             return lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + offset
         return lambda b, h, q_idx, kv_idx: q_idx + offset - left <= kv_idx
 
+    def alibi_slopes(H):
+        """BLOOM's ALiBi slopes, 2^(-8(h+1)/H) for query head h, as flashattn-bench's."""
+        return torch.exp2(-8.0 * torch.arange(1, H + 1, dtype=torch.float32, device=dev) / H)
+
+    def flex_score_mod(Nq, Nk, c, slopes):
+        """FlexAttention's score_mod on the scaled score: the softcap c (None: none), then ALiBi
+        with one slope per query head (None: none), bottom-right aligned as flashattn's."""
+        def score_mod(score, b, h, q_idx, kv_idx):
+            if c is not None:
+                score = c * torch.tanh(score / c)
+            if slopes is not None:
+                score = score - slopes[h] * (q_idx + Nk - Nq - kv_idx).abs()
+            return score
+        return score_mod
+
+    def modified_reference(q1, k1, v1, scale, causal, left, c, slope):
+        """softmax(mods(Q·Kᵀ·scale))·V on one (batch, head) slice (f32 inputs), the scores
+        materialized: the softcap c (None: none), then ALiBi with the slice's slope (None: none),
+        then the mask."""
+        Nq, Nk = q1.shape[-2], k1.shape[-2]
+        sc = torch.matmul(q1, k1.transpose(-2, -1)) * scale
+        if c is not None:
+            sc = c * torch.tanh(sc / c)
+        if slope is not None:
+            t = torch.arange(Nq, device=dev).unsqueeze(1)
+            j = torch.arange(Nk, device=dev).unsqueeze(0)
+            sc = sc - slope * (t + Nk - Nq - j).abs()
+        if causal or left is not None:
+            sc = sc.masked_fill(~keep_mask(Nq, Nk, causal, left), float("-inf"))
+        return torch.matmul(torch.softmax(sc, dim=-1), v1)
+
     done = 0
     t0 = time.time()
     for s in shapes:
@@ -340,6 +392,9 @@ def main():
         KV = s.get("kv_heads", H)
         causal = bool(s["causal"])
         left = window_of(s)
+        cap = softcap_of(s)
+        alibi = bool(s.get("alibi"))
+        mods = score_mods_of(s)
         backends = backends_of(s)
         base = {
             "kind": "row", "backend": "peer", "run_id": args.run_id, "device": device_name,
@@ -349,6 +404,10 @@ def main():
         }
         if left is not None:
             base["window_left"] = left
+        if cap is not None:
+            base["softcap"] = cap
+        if alibi:
+            base["alibi"] = True
         if KV != H and (KV <= 0 or H % KV != 0):
             for _, row in each_row(base, backends):
                 write(dict(row, status="invalid", message=f"{H} query heads are not a multiple of {KV} K/V heads"))
@@ -373,6 +432,7 @@ def main():
             torch.cuda.empty_cache()
             continue
         scale = 1.0 / math.sqrt(d)
+        slopes = alibi_slopes(H) if alibi else None
         out_bytes = B * H * Nq * d * q.element_size()
         # The keys some query sees (a window's min(Nk, Nq + L), as flashattn-bench counts them).
         visible = Nk if left is None else min(Nk, Nq + left)
@@ -380,14 +440,18 @@ def main():
         ref = None
         if Nq * Nk <= args.ref_max_pairs:
             try:
-                with sdpa_kernel([SDPBackend.MATH]):
-                    if left is None:
-                        ref = F.scaled_dot_product_attention(
-                            q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
-                    else:
-                        ref = F.scaled_dot_product_attention(
-                            q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(),
-                            attn_mask=keep_mask(Nq, Nk, causal, left))
+                q1, k1, v1 = q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float()
+                if mods:
+                    slope = None if slopes is None else slopes[0]
+                    ref = modified_reference(q1, k1, v1, scale, causal, left, cap, slope)
+                else:
+                    with sdpa_kernel([SDPBackend.MATH]):
+                        if left is None:
+                            ref = F.scaled_dot_product_attention(q1, k1, v1, is_causal=causal)
+                        else:
+                            ref = F.scaled_dot_product_attention(
+                                q1, k1, v1, attn_mask=keep_mask(Nq, Nk, causal, left))
+                del q1, k1, v1
             except Exception as e:  # the rows go on without an error column
                 log(f"{s['key']}: no f32 reference ({type(e).__name__}: {e})")
                 ref = None
@@ -408,24 +472,38 @@ def main():
             sdpa = lambda q, k, v: F.scaled_dot_product_attention(
                 q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal)
 
-        # FlexAttention: the block mask once per shape (untimed), a fresh compilation per shape
-        # (dynamo's cache is reset so that many shapes never exceed its recompilation limit).
+        # FlexAttention: the block mask once per shape (untimed; none on a dense shape, which
+        # reaches flex only with a score modifier), the score_mod where the shape has modifiers,
+        # a fresh compilation per shape (dynamo's cache is reset so that many shapes never exceed
+        # its recompilation limit).
         flex, flex_error = None, flex_missing
         if "flex" in backends and flex_error is None:
             try:
                 import torch._dynamo
                 torch._dynamo.reset()
-                block_mask = create_block_mask(flex_mask_mod(Nq, Nk, causal, left), B=None, H=None,
-                                               Q_LEN=Nq, KV_LEN=Nk, device=dev)
+                block_mask = None
+                if causal or left is not None:
+                    block_mask = create_block_mask(flex_mask_mod(Nq, Nk, causal, left), B=None, H=None,
+                                                   Q_LEN=Nq, KV_LEN=Nk, device=dev)
                 compiled = torch.compile(flex_attention)
-                gqa_kw = {"enable_gqa": True} if group > 1 else {}
-                flex = lambda q, k, v: compiled(q, k, v, block_mask=block_mask, **gqa_kw)
+                flex_kw = {"enable_gqa": True} if group > 1 else {}
+                if mods:
+                    flex_kw["score_mod"] = flex_score_mod(Nq, Nk, cap, slopes)
+                flex = lambda q, k, v: compiled(q, k, v, block_mask=block_mask, **flex_kw)
             except Exception as e:
                 flex_error = f"flex block mask or torch.compile: {type(e).__name__}: {e}".split("\n")[0][:500]
         flex_warm = set()  # the passes whose compilation ran (outside the measurements)
 
         for ps, row in each_row(base, backends):
             b = row["method"][len("torch-"):]
+            if b != "flex" and mods:
+                what = "scaled_dot_product_attention cannot apply it" if b in SDPA else "not applied here"
+                row.update(status="unsupported",
+                           message=f"score modifier ({', '.join(mods)}): {what} (torch-flex runs it)")
+                write(row)
+                done += 1
+                log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {row['method']}: unsupported (score modifier)")
+                continue
             if b in SDPA and left is not None:
                 row.update(status="unsupported",
                            message="sliding window: scaled_dot_product_attention cannot apply it (torch-flex runs it)")
@@ -526,7 +604,7 @@ def main():
                 what += f", K/V {row['kv_tb_s']:.2f} TB/s"
             name = row["method"] + ("" if ps == "fwd" else f" [{ps}]")
             log(f"[{done}/{total} {time.time() - t0:.0f}s] {s['key']} {name}: {what}")
-        del q, k, v, d_o, ref, flex
+        del q, k, v, d_o, ref, flex, slopes
         torch.cuda.empty_cache()
     out.close()
     return 0

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use flashattn::{DType, Method};
 
 use crate::shapes::{
-    Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, TileSpec, Variant, expand, with_windows,
+    Case, DTypeArg, Mask, Overrides, Pass, Preset, Shape, Size, Softcap, TileSpec, Variant, expand,
 };
 
 /// flashattn's benchmark: where the time and the bytes go.
@@ -26,6 +26,7 @@ use crate::shapes::{
         flashattn-bench run --seqlens 4096,16384 --seqlen-q 1 --batch 16 --heads 16 --mask none\n  \
         flashattn-bench run --seqlens 4096,65536 --seqlen-q 1 --batch 16 --heads 32 --kv-heads 8 --mask none\n  \
         flashattn-bench run --seqlens 16384 --batch 1 --heads 16 --mask causal --window 256,1024 --methods flash-tc --peers\n  \
+        flashattn-bench run --seqlens 4096 --mask causal --softcap 30,50 --alibi --pass fwd,bwd --peers\n  \
         flashattn-bench run --preset models --peers\n  \
         flashattn-bench report --in results/h200\n  \
         flashattn-bench context-parallel --seqlens 16384,65536,262144 --out results/h200-x2"
@@ -114,6 +115,18 @@ pub struct RunArgs {
     /// for the usual local attention. Default: no window.
     #[arg(long, value_name = "LEFT", value_delimiter = ',', value_parser = positive)]
     pub window: Option<Vec<usize>>,
+    /// Logit softcaps: each shape runs once per C > 0 (after the windows: every window meets
+    /// every softcap), its scaled scores s becoming C·tanh(s/C) before the softmax
+    /// (`AttentionOptions::softcap`), key suffix `/capC`. With --peers only FlexAttention runs
+    /// them. Default: none.
+    #[arg(long, value_name = "C", value_delimiter = ',', value_parser = softcap, allow_negative_numbers = true)]
+    pub softcap: Option<Vec<Softcap>>,
+    /// ALiBi on every shape: the logit of query t and key j gets −slope_h·|t + Nk − Nq − j|
+    /// (bottom-right aligned), BLOOM's slopes slope_h = 2^(−8(h+1)/H) over the H query heads
+    /// (`AttentionOptions::alibi_slopes`), key suffix `/alibi`. With --peers only FlexAttention
+    /// runs it.
+    #[arg(long)]
+    pub alibi: bool,
     /// Element types.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub dtype: Option<Vec<DTypeArg>>,
@@ -237,6 +250,12 @@ pub struct OneArgs {
     /// Left sliding window (default: none).
     #[arg(long, value_parser = positive)]
     pub window: Option<usize>,
+    /// Logit softcap (default: none).
+    #[arg(long, value_parser = softcap, allow_negative_numbers = true)]
+    pub softcap: Option<Softcap>,
+    /// ALiBi with BLOOM's slopes.
+    #[arg(long)]
+    pub alibi: bool,
     /// Method.
     #[arg(long, value_parser = method)]
     pub method: Method,
@@ -261,6 +280,8 @@ impl OneArgs {
             head_dim: self.head_dim,
             mask: self.mask,
             window: self.window,
+            softcap: self.softcap,
+            alibi: self.alibi,
         };
         (shape, Variant { method: self.method, tiles: self.tiles.and_then(|t| t.0) })
     }
@@ -303,6 +324,12 @@ impl OneArgs {
         if let Some(w) = shape.window {
             a.extend(["--window".to_string(), w.to_string()]);
         }
+        if let Some(c) = shape.softcap {
+            a.extend(["--softcap".to_string(), c.to_string()]);
+        }
+        if shape.alibi {
+            a.push("--alibi".to_string());
+        }
         a
     }
 }
@@ -323,6 +350,10 @@ fn positive_f64(s: &str) -> Result<f64, String> {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!("`{s}` is not a positive number")),
     }
+}
+
+fn softcap(s: &str) -> Result<Softcap, String> {
+    s.parse()
 }
 
 fn head_dim(s: &str) -> Result<usize, String> {
@@ -359,7 +390,7 @@ impl RunArgs {
     pub fn cases(&self) -> Result<Vec<Case>, String> {
         let o = self.overrides();
         let blocks: Vec<_> = self.preset.blocks().into_iter().map(|b| o.apply(b)).collect();
-        let cases = with_windows(expand(&blocks)?, o.windows.as_deref());
+        let cases = o.modify(expand(&blocks)?);
         if cases.is_empty() {
             return Err("the sweep is empty".into());
         }
@@ -396,6 +427,8 @@ impl RunArgs {
                 CompleteArg::None => Some(false),
             },
             windows: self.window.clone(),
+            softcaps: self.softcap.clone(),
+            alibi: self.alibi,
         }
     }
 }
@@ -510,6 +543,67 @@ mod tests {
     }
 
     #[test]
+    fn softcap_and_alibi_flags_modify_every_shape() {
+        let r = run_args(&[]);
+        assert_eq!((r.softcap.clone(), r.alibi), (None, false));
+        assert!(r.cases().unwrap().iter().all(|c| c.shape.softcap.is_none() && !c.shape.alibi));
+        let base = ["--seqlens", "4096", "--head-dims", "128", "--mask", "causal"];
+        let plain_cases = run_args(&base).cases().unwrap();
+        let r = run_args(&[&base[..], &["--softcap", "30,50.5"]].concat());
+        let caps: Vec<f32> = r.softcap.as_ref().unwrap().iter().map(|c| c.get()).collect();
+        assert_eq!(caps, [30.0, 50.5]);
+        assert_eq!(r.overrides().softcaps, r.softcap);
+        let cases = r.cases().unwrap();
+        assert_eq!(cases.len(), 2 * plain_cases.len(), "every shape once per softcap");
+        let keys: Vec<String> = cases.iter().map(|c| c.shape.key()).collect();
+        assert_eq!(
+            keys[..2],
+            ["bf16/B4/H16/N4096x4096/d128/causal/cap30", "bf16/B4/H16/N4096x4096/d128/causal/cap50.5"]
+        );
+        assert!(keys.iter().all(|k| k.ends_with("/cap30") || k.ends_with("/cap50.5")), "{keys:?}");
+        let opts = crate::models::options(&cases[1].shape).unwrap();
+        assert_eq!((opts.softcap, opts.alibi_slopes), (Some(50.5), None));
+        // FLOPs are unchanged by a modifier.
+        let plain = Shape { softcap: None, ..cases[1].shape.clone() };
+        assert_eq!(crate::models::flops(&cases[1].shape), crate::models::flops(&plain));
+
+        // --alibi: every shape once, with BLOOM's slopes for its query heads.
+        let r = run_args(&[&base[..], &["--alibi"]].concat());
+        assert!(r.alibi && r.overrides().alibi);
+        let cases = r.cases().unwrap();
+        assert_eq!(cases.len(), plain_cases.len());
+        assert!(cases.iter().all(|c| c.shape.alibi && c.shape.key().ends_with("/causal/alibi")));
+        let s = &cases[0].shape;
+        let opts = crate::models::options(s).unwrap();
+        let slopes = opts.alibi_slopes.unwrap();
+        assert_eq!(slopes.len(), s.heads);
+        assert_eq!(slopes[s.heads - 1], 2f32.powi(-8), "2^(-8(h+1)/H), H = 16");
+        assert!((slopes[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-7, "{slopes:?}");
+        assert_eq!(opts.softcap, None);
+
+        // Everything at once: windows × softcaps, ALiBi on each.
+        let r = run_args(&[&base[..], &["--window", "256,1024", "--softcap", "30", "--alibi"]].concat());
+        let keys: Vec<String> = r.cases().unwrap().iter().map(|c| c.shape.key()).collect();
+        assert_eq!(
+            keys[..2],
+            [
+                "bf16/B4/H16/N4096x4096/d128/causal/w256/cap30/alibi",
+                "bf16/B4/H16/N4096x4096/d128/causal/w1024/cap30/alibi"
+            ]
+        );
+
+        // Bad values are refused with what a softcap must be.
+        for bad in ["0", "-30", "-0.5", "thirty", "inf", "nan", "30,0"] {
+            let e = parse(&["run", "--softcap", bad]).unwrap_err().to_string();
+            assert!(e.contains("positive finite number") && e.contains("C·tanh(s/C)"), "{bad}: {e}");
+        }
+        let e = parse(&["run", "--softcap=-1"]).unwrap_err().to_string();
+        assert!(e.contains("positive finite number"), "{e}");
+        let e = parse(&["run", "--alibi", "yes"]).unwrap_err().to_string();
+        assert!(e.contains("unexpected argument"), "{e}");
+    }
+
+    #[test]
     fn bad_values_are_refused_with_the_allowed_ones() {
         let err = |args: &[&str]| parse(&[&["run"], args].concat()).unwrap_err().to_string();
         let e = err(&["--mask", "none,diagonal"]);
@@ -571,6 +665,8 @@ mod tests {
             head_dim: 96,
             mask: Mask::VarlenCausal,
             window: Some(3),
+            softcap: Softcap::new(30.0),
+            alibi: true,
         };
         let variant = Variant { method: Method::Flash, tiles: Some(TileSpec { block_m: 32, block_n: 64 }) };
         let args = OneArgs::args_for(&shape, &variant, 1);

@@ -16,7 +16,7 @@ use crate::inputs::{PoolElem, Pools};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
 use crate::record::{ErrorStats, Row, Timing};
-use crate::shapes::{Block, Case, Overrides, Pass, Preset, Variant, expand, with_windows};
+use crate::shapes::{Block, Case, Overrides, Pass, Preset, Variant, expand};
 use crate::stats::Summary;
 
 /// Shapes above this many FLOPs are left out of the CPU sweep (minutes each).
@@ -44,7 +44,7 @@ pub fn cases(o: &Overrides) -> Result<(Vec<Case>, Vec<String>), String> {
     let blocks: Vec<Block> = Preset::Cpu.blocks().into_iter().map(|b| shape_only.apply(b)).collect();
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
-    for mut c in with_windows(expand(&blocks)?, o.windows.as_deref()) {
+    for mut c in o.modify(expand(&blocks)?) {
         if models::flops(&c.shape) > CPU_MAX_FLOPS {
             dropped.push(c.shape.key());
             continue;

@@ -112,6 +112,8 @@ pub fn base_row(case: &Case, backend: &str, info: &RunInfo) -> Row {
         head_dim: s.head_dim,
         mask: s.mask.name().to_string(),
         window_left: s.window,
+        softcap: s.softcap.map(|c| c.get()),
+        alibi: s.alibi,
         pass: Some(Pass::Fwd.name().to_string()),
         status: "ok".to_string(),
         flops: models::flops(s),
@@ -1029,6 +1031,44 @@ mod tests {
             reason: flashattn::Reason::NoBackward,
         });
         assert_eq!(classify(&no_backward), ("unsupported", None));
+    }
+
+    #[test]
+    fn score_mods_reach_every_pass_and_the_records() {
+        let o = crate::shapes::Overrides {
+            seqlens: Some(vec![1024]),
+            softcaps: Some(vec![crate::shapes::Softcap::new(30.0).unwrap()]),
+            alibi: true,
+            ..Default::default()
+        };
+        let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
+        let cases = o.modify(expand(&blocks).unwrap());
+        let case = &cases[0];
+        assert!(case.shape.key().ends_with("/cap30/alibi"), "{}", case.shape.key());
+        let info = RunInfo { run_id: "t".into(), device: "gpu".into(), ..Default::default() };
+        let base = base_row(case, "gpu", &info);
+        assert_eq!((base.softcap, base.alibi, base.flops), (Some(30.0), true, models::flops(&case.shape)));
+        let json = serde_json::to_value(&base).unwrap();
+        assert_eq!((json["softcap"].as_f64(), json["alibi"].as_bool()), (Some(30.0), Some(true)));
+        let plain = serde_json::to_value(base_row(&expand(&blocks).unwrap()[0], "gpu", &info)).unwrap();
+        assert!(plain.get("softcap").is_none() && plain.get("alibi").is_none(), "absent without them");
+        // The same options for the forward, the backward and both: the shape's, per variant.
+        let opts = models::options(&case.shape).unwrap();
+        for v in &case.variants {
+            let o = variant_options(&opts, v, Some(2));
+            assert_eq!(o.softcap, Some(30.0));
+            assert_eq!(o.alibi_slopes, Some(crate::shapes::alibi_slopes(case.shape.heads)));
+            for pass in [Pass::Fwd, Pass::Bwd, Pass::FwdBwd] {
+                let r = pass_row(&base, v, pass);
+                assert_eq!((r.softcap, r.alibi, r.key.as_str()), (Some(30.0), true, base.key.as_str()));
+            }
+        }
+        // A kernel that does not apply them refuses them: the row says unsupported.
+        let refused = Error::InvalidInput(InvalidInput::Unsupported {
+            method: Method::FlashTensorCore,
+            reason: flashattn::Reason::ScoreMod,
+        });
+        assert_eq!(classify(&refused), ("unsupported", None));
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 use flashattn::{AttentionOptions, InvalidInput, Layout, Method, Problem, Tiles, VarLen, Window};
 
-use crate::shapes::{Shape, Variant};
+use crate::shapes::{Shape, Softcap, Variant, alibi_slopes};
 
 /// Q, K, V and O layouts of a shape: `(B, N, H, d)` in memory (or `(B, H, N, d)` when `bhsd`);
 /// packed `(total tokens, H, d)` for varlen. K and V have the shape's K/V heads.
@@ -58,7 +58,9 @@ impl Layouts {
 }
 
 /// The options of a call on `shape` with the library's defaults (method `Flash`): mask, varlen
-/// offsets and the left sliding window (unbounded on the right, which the causal mask bounds).
+/// offsets, the left sliding window (unbounded on the right, which the causal mask bounds) and
+/// the score modifiers: the softcap, and ALiBi with BLOOM's slopes ([`alibi_slopes`]), one per
+/// query head.
 pub fn options(shape: &Shape) -> Result<AttentionOptions, InvalidInput> {
     let (q, k) = shape.lengths();
     let varlen = shape.mask.varlen().then(|| VarLen::from_lengths(&q, &k)).transpose()?;
@@ -67,6 +69,8 @@ pub fn options(shape: &Shape) -> Result<AttentionOptions, InvalidInput> {
         varlen,
         method: Method::Flash,
         window: Window { left: shape.window, right: None },
+        softcap: shape.softcap.map(Softcap::get),
+        alibi_slopes: shape.alibi.then(|| alibi_slopes(shape.heads)),
         ..Default::default()
     })
 }
@@ -206,6 +210,8 @@ mod tests {
             head_dim: 64,
             mask,
             window: None,
+            softcap: None,
+            alibi: false,
         }
     }
 
@@ -221,6 +227,24 @@ mod tests {
         assert_eq!(flash_bytes(&wide, 64, 64), flash_bytes(&causal, 64, 64));
         // FLOPs count the visible pairs (the diagonal included), not half the square.
         assert_eq!(flops(&wide), 4.0 * 2.0 * 3.0 * 64.0 * (1024.0 * 1025.0 / 2.0));
+    }
+
+    #[test]
+    fn score_mods_set_the_options_and_keep_the_flops() {
+        let causal = shape(Mask::Causal, 1024, 1024);
+        let plain = options(&causal).unwrap();
+        assert_eq!((plain.softcap, plain.alibi_slopes), (None, None));
+        let cap = Shape { softcap: Softcap::new(30.0), alibi: true, ..causal.clone() };
+        let o = options(&cap).unwrap();
+        assert_eq!(o.softcap, Some(30.0));
+        // BLOOM's slopes for 3 heads: 2^(-8/3), 2^(-16/3), 2^(-8).
+        let want = [2f32.powf(-8.0 / 3.0), 2f32.powf(-16.0 / 3.0), 2f32.powi(-8)];
+        let got = o.alibi_slopes.unwrap();
+        assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-7), "{got:?}");
+        assert!(problem(&cap).is_ok(), "the library accepts them");
+        assert_eq!(flops(&cap), flops(&causal), "the usual formula, causal halved");
+        let w = Shape { window: Some(128), ..cap };
+        assert_eq!(flops(&w), flops(&Shape { window: Some(128), ..causal }));
     }
 
     #[test]

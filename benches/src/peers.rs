@@ -1,6 +1,7 @@
 //! PyTorch peers in the same run: the shapes go to a JSON file, `peers.py` runs them through
 //! `scaled_dot_product_attention` pinned to each backend (and FlexAttention on causal and
-//! sliding-window shapes), in each pass of the run (the forward,
+//! sliding-window shapes, and alone on shapes with a score modifier: a softcap or ALiBi, which
+//! it applies through its `score_mod`), in each pass of the run (the forward,
 //! and through autograd the backward alone and the forward then the backward), and appends rows
 //! to `peers.jsonl`, each with its pass.
 
@@ -44,6 +45,12 @@ pub struct PeerShape {
     /// Left sliding window (keys before each query's bottom-right-aligned diagonal); `null`
     /// without one. Only the script's FlexAttention backend applies it.
     pub window_left: Option<usize>,
+    /// Logit softcap `C` (scaled scores `s` become `C·tanh(s/C)`); `null` without one. Only the
+    /// script's FlexAttention backend applies it (a `score_mod`).
+    pub softcap: Option<f32>,
+    /// ALiBi with BLOOM's slopes `2^(−8(h+1)/H)` over the H query heads, bottom-right aligned
+    /// (`−slope_h·|q + Nk − Nq − kv|`, after the softcap). Only FlexAttention applies it.
+    pub alibi: bool,
     /// FLOPs by the same formula as ours (with a window: the visible pairs).
     pub flops: f64,
     /// Bytes of K plus V (storage type): decode rows (Nq = 1) report them over the time.
@@ -51,7 +58,7 @@ pub struct PeerShape {
 }
 
 /// The shapes PyTorch can run with the same semantics (no varlen; causal only square, except
-/// with a window, which only FlexAttention runs), once each.
+/// with a window or a score modifier, which only FlexAttention runs), once each.
 pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
     let mut out: Vec<PeerShape> = Vec::new();
     for c in cases.iter().filter(|c| c.shape.peer_comparable()) {
@@ -72,6 +79,8 @@ pub fn peer_shapes(cases: &[Case]) -> Vec<PeerShape> {
             mask: s.mask.name().to_string(),
             causal: s.mask.causal(),
             window_left: s.window,
+            softcap: s.softcap.map(|c| c.get()),
+            alibi: s.alibi,
             flops: models::flops(s),
             kv_bytes: s.kv_bytes(),
         });
@@ -169,7 +178,7 @@ pub fn run(cfg: &PeerRun<'_>, cases: &[Case]) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shapes::{Mask, Preset, Shape, expand};
+    use crate::shapes::{Mask, Preset, Shape, Softcap, expand, with_score_mods};
 
     #[test]
     fn peer_shapes_skip_varlen_and_rectangular_causal() {
@@ -216,6 +225,30 @@ mod tests {
         // (Without a window a rectangular causal shape is not the peers': the dense decode step.)
         (dec.window, dec.mask) = (None, Mask::Dense);
         assert_eq!(peer_shapes(&[Case { shape: dec, ..c.clone() }])[0].kv_bytes, 16_384 * per_key);
+        // Score modifiers: `softcap` (a number, else null) and `alibi` (a bool) in every shape;
+        // they make rectangular causal shapes the peers' too (only FlexAttention runs them).
+        assert_eq!((json["softcap"].clone(), json["alibi"].clone()), (serde_json::Value::Null, false.into()));
+        let caps = [Softcap::new(30.0).unwrap(), Softcap::new(2.5).unwrap()];
+        let mut modded = with_score_mods(expand(&Preset::Quick.blocks()).unwrap(), Some(&caps), true);
+        for c in &mut modded {
+            c.shape.seqlen_q = c.shape.seqlen_k / 2;
+        }
+        let m = peer_shapes(&modded);
+        assert!(m.iter().any(|s| s.causal && s.seqlen_q != s.seqlen_k));
+        assert!(
+            m.iter()
+                .all(|s| s.alibi && (s.key.ends_with("/cap30/alibi") || s.key.ends_with("/cap2.5/alibi")))
+        );
+        assert!(m.iter().all(|s| !s.mask.contains("varlen")));
+        let c = modded.iter().find(|c| c.shape.mask.causal() && !c.shape.mask.varlen()).unwrap();
+        let p = m.iter().find(|p| p.key == c.shape.key()).unwrap();
+        assert_eq!(p.flops, models::flops(&Shape { softcap: None, alibi: false, ..c.shape.clone() }));
+        let json = serde_json::to_value(p).unwrap();
+        assert_eq!((json["softcap"].as_f64(), json["alibi"].as_bool()), (Some(30.0), Some(true)));
+        assert_eq!(json["window_left"], serde_json::Value::Null);
+        let alibi_only = with_score_mods(expand(&Preset::Quick.blocks()).unwrap(), None, true);
+        let json = serde_json::to_value(&peer_shapes(&alibi_only)[0]).unwrap();
+        assert_eq!((json["softcap"].clone(), json["alibi"].clone()), (serde_json::Value::Null, true.into()));
         assert!(locate(Some(Path::new("/x/peers.py"))).is_some());
         assert!(locate(None).is_some(), "the source tree's script");
     }
@@ -248,8 +281,12 @@ mod tests {
             "\"fwd+bwd\"",
             "torch.autograd.grad",
             "\"window_left\"",
+            "\"softcap\"",
+            "\"alibi\"",
             "\"flex\"",
             "create_block_mask",
+            "score_mod",
+            "torch.tanh(score / c)",
         ] {
             assert!(script.contains(want), "peers.py lacks {want}");
         }

@@ -246,6 +246,13 @@ pub struct Row {
     /// without a window (and in records written before windows were swept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_left: Option<usize>,
+    /// Logit softcap `C` (scaled scores `s` became `C·tanh(s/C)`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softcap: Option<f32>,
+    /// Whether ALiBi (BLOOM's slopes `2^(−8(h+1)/H)`, bottom-right aligned) biased the logits;
+    /// absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub alibi: bool,
     /// Method (ours: flash, flash-tc, standard, cpu-tiled, cpu-standard; peers: torch-…).
     pub method: String,
     /// Tile override asked for (`MxN`), if any.

@@ -491,7 +491,10 @@ fn speed_sections(out: &mut String, d: &Data, plots: &plots::Written) {
     let head = [
         "Other shapes against the peers",
         "TFLOP/s; ours is our fastest method. A `/wL` key has a left sliding window of L keys: FLOPs count \
-         only the visible (query, key) pairs, and only FlexAttention (torch flex) runs it among the peers.",
+         only the visible (query, key) pairs, and only FlexAttention (torch flex) runs it among the peers. \
+         A `/capC` key soft-caps the scaled scores at C (C·tanh(s/C)) and an `/alibi` key adds ALiBi biases \
+         (BLOOM's slopes): FLOPs as without them, and only FlexAttention (its `score_mod`) runs them among \
+         the peers.",
         "",
         "",
     ];
@@ -943,6 +946,36 @@ mod tests {
         let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
         for want in ["| torch flex |", "| ours / torch flex |", "| 2.00× |", "n/a"] {
             assert!(md.contains(want), "the report lacks `{want}`:\n{md}");
+        }
+    }
+
+    #[test]
+    fn score_mod_rows_pair_with_flex() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "bf16/B2/H16/N4096x4096/d128/causal/cap30/alibi";
+        let row = |backend: &str, method: &str, pass: &str, status: &str, ms: f64| {
+            format!(
+                r#"{{"kind":"row","backend":"{backend}","key":"{key}","dtype":"bf16","batch":2,"heads":16,"kv_heads":16,"seqlen_q":4096,"seqlen_k":4096,"head_dim":128,"mask":"causal","softcap":30.0,"alibi":true,"method":"{method}","pass":"{pass}","status":"{status}","message":"score modifier","flops":1e12,"timing":{{"median_ms":{ms}}},"tflops":{}}}"#,
+                1.0 / ms
+            )
+        };
+        let ours = [row("gpu", "flash-tc", "fwd", "ok", 1.0), row("gpu", "flash-tc", "bwd", "ok", 3.0)];
+        let peers = [
+            row("peer", "torch-flex", "fwd", "ok", 2.0),
+            row("peer", "torch-flex", "bwd", "ok", 6.0),
+            row("peer", "torch-flash", "fwd", "unsupported", 1.0),
+        ];
+        std::fs::write(dir.path().join("bench.jsonl"), ours.join("\n")).unwrap();
+        std::fs::write(dir.path().join("peers.jsonl"), peers.join("\n")).unwrap();
+        let loaded = load_dir(dir.path()).unwrap();
+        let d = Data::new(&loaded, None);
+        assert_eq!((d.gpu[0].softcap, d.gpu[0].alibi), (Some(30.0), true));
+        assert_eq!((d.peers[0].softcap, d.peers[0].alibi), (Some(30.0), true));
+        assert!(d.find_backward(key, "torch-flex", "bwd").is_some());
+        let md = std::fs::read_to_string(write(dir.path(), dir.path(), None).unwrap()).unwrap();
+        for want in [format!("| `{key}` |"), "| ours / torch flex |".into(), "| 2.00× |".into(), "n/a".into()]
+        {
+            assert!(md.contains(&want), "the report lacks `{want}`:\n{md}");
         }
     }
 

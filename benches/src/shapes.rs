@@ -173,6 +173,54 @@ pub fn takes_tiles(method: Method) -> bool {
     !matches!(method, Method::Standard)
 }
 
+/// A logit softcap `c` (`--softcap`): a positive finite number, so that shapes holding one can
+/// be compared and hashed by its bits.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Softcap(f32);
+
+impl Softcap {
+    /// `c` if it is a positive finite number.
+    pub fn new(c: f32) -> Option<Softcap> {
+        (c.is_finite() && c > 0.0).then_some(Softcap(c))
+    }
+
+    /// The cap.
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+impl Eq for Softcap {}
+
+impl std::hash::Hash for Softcap {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+impl std::fmt::Display for Softcap {
+    /// The shortest decimal that reads back as the same `f32`: `30`, `50.5`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for Softcap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Softcap, String> {
+        s.trim().parse::<f32>().ok().and_then(Softcap::new).ok_or_else(|| {
+            format!(
+                "softcap `{s}` is not a positive finite number (scaled scores s become C·tanh(s/C), C > 0)"
+            )
+        })
+    }
+}
+
+/// ALiBi slopes for `heads` query heads, BLOOM's: head `h` gets `2^(−8(h+1)/heads)`.
+pub fn alibi_slopes(heads: usize) -> Vec<f32> {
+    (0..heads).map(|h| (-8.0 * (h + 1) as f64 / heads as f64).exp2() as f32).collect()
+}
+
 /// One problem shape. K and V have `kv_heads` heads (grouped-query attention when fewer than Q's:
 /// query head `h` attends with K/V head `h / (heads / kv_heads)`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -196,6 +244,10 @@ pub struct Shape {
     /// Sliding window: keys a query sees before its (bottom-right-aligned) diagonal, combined
     /// with the mask (`flashattn::Window { left, right: None }`); `None`: no window.
     pub window: Option<usize>,
+    /// Logit softcap (`AttentionOptions::softcap`); `None`: none.
+    pub softcap: Option<Softcap>,
+    /// ALiBi with BLOOM's slopes ([`alibi_slopes`]; `AttentionOptions::alibi_slopes`).
+    pub alibi: bool,
 }
 
 impl Shape {
@@ -203,12 +255,16 @@ impl Shape {
     /// `bf16/B16/H16/N1024x1024/d128/causal`; with grouped-query attention the K/V heads follow
     /// the query heads, e.g. `bf16/B16/H32/KV8/N1x16384/d128/none` (so keys without it are the
     /// keys every earlier run recorded). A sliding window adds its left extent last, e.g.
-    /// `bf16/B1/H16/N16384x16384/d128/causal/w1024` (keys without one are unchanged).
+    /// `bf16/B1/H16/N16384x16384/d128/causal/w1024` (keys without one are unchanged). Score
+    /// modifiers follow: a softcap `/capC`, then ALiBi `/alibi`, e.g.
+    /// `bf16/B4/H16/N4096x4096/d128/causal/w1024/cap30/alibi`.
     pub fn key(&self) -> String {
         let kv = if self.kv_heads == self.heads { String::new() } else { format!("/KV{}", self.kv_heads) };
         let w = self.window.map_or(String::new(), |l| format!("/w{l}"));
+        let cap = self.softcap.map_or(String::new(), |c| format!("/cap{c}"));
+        let alibi = if self.alibi { "/alibi" } else { "" };
         format!(
-            "{}/B{}/H{}{kv}/N{}x{}/d{}/{}{w}",
+            "{}/B{}/H{}{kv}/N{}x{}/d{}/{}{w}{cap}{alibi}",
             self.dtype,
             self.batch,
             self.heads,
@@ -241,10 +297,19 @@ impl Shape {
     /// Whether PyTorch can compute the same thing: no varlen, and causal only with Nq == Nk
     /// (`scaled_dot_product_attention`'s `is_causal` is top-left aligned, ours bottom-right),
     /// except with a window: only FlexAttention runs those (its mask aligns bottom-right, as
-    /// ours), and the SDPA backends record them unsupported.
+    /// ours), and the SDPA backends record them unsupported. The same for a score modifier
+    /// (softcap, ALiBi): only FlexAttention applies one (its `score_mod`).
     pub fn peer_comparable(&self) -> bool {
         !self.mask.varlen()
-            && (!self.mask.causal() || self.seqlen_q == self.seqlen_k || self.window.is_some())
+            && (!self.mask.causal()
+                || self.seqlen_q == self.seqlen_k
+                || self.window.is_some()
+                || self.has_score_mod())
+    }
+
+    /// Whether a softcap or ALiBi modifies the scores.
+    pub fn has_score_mod(&self) -> bool {
+        self.softcap.is_some() || self.alibi
     }
 }
 
@@ -644,6 +709,11 @@ pub struct Overrides {
     /// Left sliding windows: every shape runs once per entry, with that window (see
     /// [`with_windows`]); `None`: no window.
     pub windows: Option<Vec<usize>>,
+    /// Logit softcaps: every shape runs once per entry, with that softcap (see
+    /// [`with_score_mods`]); `None`: no softcap.
+    pub softcaps: Option<Vec<Softcap>>,
+    /// ALiBi (BLOOM's slopes) on every shape.
+    pub alibi: bool,
 }
 
 impl Overrides {
@@ -684,6 +754,12 @@ impl Overrides {
         }
         b
     }
+
+    /// Expanded cases with the windows and score modifiers asked for: each case once per window,
+    /// and each of those once per softcap ([`with_windows`], [`with_score_mods`]).
+    pub fn modify(&self, cases: Vec<Case>) -> Vec<Case> {
+        with_score_mods(with_windows(cases, self.windows.as_deref()), self.softcaps.as_deref(), self.alibi)
+    }
 }
 
 /// One shape and everything run on it.
@@ -719,6 +795,8 @@ pub fn expand(blocks: &[Block]) -> Result<Vec<Case>, String> {
                             head_dim,
                             mask,
                             window: None,
+                            softcap: None,
+                            alibi: false,
                         };
                         check_shape(&shape)?;
                         let mut variants = Vec::new();
@@ -760,6 +838,29 @@ pub fn with_windows(cases: Vec<Case>, windows: Option<&[usize]>) -> Vec<Case> {
             let mut c = c.clone();
             c.shape.window = Some(w);
             if !out.iter().any(|o: &Case| o.shape == c.shape) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Each case once per softcap of `softcaps` (`None`: as they are, no softcap; a case's copies
+/// next to each other, in the order of `softcaps`), the softcap set on its shape, and with
+/// `alibi`, ALiBi on every shape. Applied after [`with_windows`], so that every window meets every
+/// softcap.
+pub fn with_score_mods(cases: Vec<Case>, softcaps: Option<&[Softcap]>, alibi: bool) -> Vec<Case> {
+    let mut out: Vec<Case> = Vec::with_capacity(cases.len() * softcaps.map_or(1, <[_]>::len));
+    for c in cases {
+        let caps: Vec<Option<Softcap>> = match softcaps {
+            Some(v) => v.iter().copied().map(Some).collect(),
+            None => vec![c.shape.softcap],
+        };
+        for cap in caps {
+            let mut c = c.clone();
+            c.shape.softcap = cap;
+            c.shape.alibi |= alibi;
+            if !out.iter().any(|o| o.shape == c.shape) {
                 out.push(c);
             }
         }
@@ -858,6 +959,8 @@ mod tests {
             head_dim: 64,
             mask: Mask::Causal,
             window: None,
+            softcap: None,
+            alibi: false,
         };
         let per_key = 2 * 2 * 64 * 2;
         assert_eq!(s.kv_bytes(), 4 * 4096 * per_key);
@@ -896,6 +999,8 @@ mod tests {
             head_dim: 128,
             mask: Mask::Causal,
             window: None,
+            softcap: None,
+            alibi: false,
         };
         assert_eq!(s.key(), "bf16/B16/H16/N1024x1024/d128/causal");
         assert_eq!(s.elems(), (16 * 1024 * 16 * 128, 16 * 1024 * 16 * 128));
@@ -990,6 +1095,8 @@ mod tests {
             methods: Some(vec![Method::Flash, Method::Standard]),
             complete: Some(false),
             windows: None,
+            softcaps: None,
+            alibi: false,
         };
         let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
         let cases = expand(&blocks).unwrap();
@@ -1023,6 +1130,65 @@ mod tests {
     }
 
     #[test]
+    fn score_mods_multiply_the_cases_and_suffix_the_keys() {
+        let o = Overrides {
+            seqlens: Some(vec![1024]),
+            masks: Some(vec![Mask::Causal]),
+            dtypes: Some(vec![DType::BF16]),
+            head_dims: Some(vec![64]),
+            windows: Some(vec![128, 512]),
+            softcaps: Some(vec![Softcap::new(30.0).unwrap(), Softcap::new(50.5).unwrap()]),
+            alibi: true,
+            ..Default::default()
+        };
+        let blocks: Vec<_> = Preset::Quick.blocks().into_iter().map(|b| o.apply(b)).collect();
+        let plain = expand(&blocks).unwrap();
+        assert!(plain.iter().all(|c| c.shape.softcap.is_none() && !c.shape.alibi));
+        assert_eq!(with_score_mods(plain.clone(), None, false), plain);
+        let modded = o.modify(plain.clone());
+        assert_eq!(modded.len(), 2 * 2 * plain.len(), "every window meets every softcap");
+        let keys: Vec<String> = modded.iter().take(4).map(|c| c.shape.key()).collect();
+        assert_eq!(
+            keys,
+            [
+                "bf16/B16/H32/N1024x1024/d64/causal/w128/cap30/alibi",
+                "bf16/B16/H32/N1024x1024/d64/causal/w128/cap50.5/alibi",
+                "bf16/B16/H32/N1024x1024/d64/causal/w512/cap30/alibi",
+                "bf16/B16/H32/N1024x1024/d64/causal/w512/cap50.5/alibi",
+            ]
+        );
+        assert_eq!(modded[0].variants, plain[0].variants);
+        // ALiBi alone: one copy per shape, the softcap as it was.
+        let alibi = with_score_mods(plain.clone(), None, true);
+        assert_eq!(alibi.len(), plain.len());
+        assert!(alibi.iter().all(|c| c.shape.alibi && c.shape.softcap.is_none()));
+        assert!(alibi[0].shape.key().ends_with("/causal/alibi"), "{}", alibi[0].shape.key());
+        let cap = with_score_mods(plain.clone(), o.softcaps.as_deref(), false);
+        assert!(cap[0].shape.key().ends_with("/causal/cap30"), "{}", cap[0].shape.key());
+        // A modifier makes a rectangular causal shape the peers' (FlexAttention aligns as ours).
+        let rect = Shape { seqlen_q: 1, ..plain[0].shape.clone() };
+        assert!(!rect.peer_comparable());
+        assert!(Shape { alibi: true, ..rect.clone() }.peer_comparable());
+        assert!(Shape { softcap: Softcap::new(1.0), ..rect.clone() }.peer_comparable());
+        assert!(!Shape { alibi: true, mask: Mask::VarlenCausal, ..rect }.peer_comparable());
+    }
+
+    #[test]
+    fn softcaps_parse_and_slopes_are_bloom_s() {
+        assert_eq!("30".parse::<Softcap>().map(Softcap::get), Ok(30.0));
+        assert_eq!(" 0.5 ".parse::<Softcap>().map(|c| c.to_string()), Ok("0.5".into()));
+        for bad in ["0", "-30", "-0", "inf", "NaN", "thirty", ""] {
+            let e = bad.parse::<Softcap>().unwrap_err();
+            assert!(e.contains("positive finite number"), "{bad}: {e}");
+        }
+        let s = alibi_slopes(8);
+        assert_eq!(s, [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]);
+        let s = alibi_slopes(12);
+        assert_eq!(s.len(), 12);
+        assert!((s[0] - 2f32.powf(-8.0 / 12.0)).abs() < 1e-7 && s[11] == 2f32.powi(-8));
+    }
+
+    #[test]
     fn tiles_parse_and_reject_malformed() {
         assert_eq!("64x32".parse::<TileSpec>(), Ok(TileSpec { block_m: 64, block_n: 32 }));
         for bad in ["64", "x64", "64x", "0x64", "64x0", "a x b", "64*64", "-1x2"] {
@@ -1053,6 +1219,8 @@ mod tests {
             head_dim: 8,
             mask: Mask::Varlen,
             window: None,
+            softcap: None,
+            alibi: false,
         };
         let (q, k) = s.lengths();
         assert_eq!(q, [1, 1, 1, 1]);
@@ -1071,6 +1239,8 @@ mod tests {
             head_dim: 257,
             mask: Mask::Dense,
             window: None,
+            softcap: None,
+            alibi: false,
         };
         assert!(check_shape(&s).unwrap_err().contains("1..=256"));
         s.head_dim = 64;
