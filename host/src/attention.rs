@@ -314,7 +314,11 @@ pub(crate) fn attn_params(
         group: problem.group_size() as u32,
         head_dim: problem.head_dim() as u32,
         // With score modifiers the recurrence runs on logits (`scale` goes in `logit_scale`).
-        scale_log2: if problem.has_score_mod() { flashattn_kernels::math::LOG2_E } else { problem.scale_log2() },
+        scale_log2: if problem.has_score_mod() {
+            flashattn_kernels::math::LOG2_E
+        } else {
+            problem.scale_log2()
+        },
         causal: problem.causal() as u32,
         window_left: window_bound(problem.window().left),
         window_right: window_bound(problem.window().right),

@@ -252,8 +252,7 @@ pub const TANH_SMALL: f32 = 0.55;
 
 /// `P` of `tanh x ≈ x + x³·P(x²)` on `|x| <` [`TANH_SMALL`], lowest degree first (a weighted
 /// least-squares fit of the relative error, refined towards minimax).
-pub const TANH_POLY: [f32; 5] =
-    [-0.333_333_2, 0.133_326_16, -0.053_855_002, 0.021_081_619, -0.006_287_09];
+pub const TANH_POLY: [f32; 5] = [-0.333_333_2, 0.133_326_16, -0.053_855_002, 0.021_081_619, -0.006_287_09];
 
 impl ScoreMod {
     /// No modifier.

@@ -93,6 +93,45 @@ def test_backward(shape, causal):
         assert err(ours, r) <= 2 * err(b, r) + 1e-4, name
 
 
+def modified(q, k, v, causal, softcap, slopes):
+    """Standard attention with a softcap and ALiBi (FlashAttention's: c·tanh(s/c), then
+    −slope_h·|i + sk − sq − j|), in the tensors' own dtype, differentiable."""
+    h, hk, d = q.shape[2], k.shape[2], q.shape[3]
+    kt, vt = (x.repeat_interleave(h // hk, dim=2) for x in (k, v))
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kt) * d**-0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    sq, sk = q.shape[1], k.shape[1]
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    dist = (i + sk - sq - j).abs().to(s.dtype)
+    s = s - slopes.to(s.dtype)[None, :, None, None] * dist
+    if causal:
+        s = s.masked_fill(~bottom_right(sq, sk, q.device), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.einsum("bhqk,bkhd->bqhd", p, vt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_softcap_and_alibi_forward_and_backward(causal, dtype):
+    # The tensor-core kernels' masked instances, forward and backward (GQA, Nq < Nk).
+    q, k, v = inputs(1, 97, 300, 4, 2, 128, dtype, grad=True, seed=5)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEV)
+    dout = torch.randn_like(q)
+    out = flash_attn_func(q, k, v, causal=causal, softcap=20.0, alibi_slopes=slopes)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref_out = modified(q64, k64, v64, causal, 20.0, slopes)
+    ref = torch.autograd.grad(ref_out, (q64, k64, v64), dout.double())
+    qb, kb, vb = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    base_out = modified(qb, kb, vb, causal, 20.0, slopes)
+    base = torch.autograd.grad(base_out, (qb, kb, vb), dout)
+    assert err(out, ref_out) <= 2 * err(base_out, ref_out) + 1e-5
+    for name, ours, r, b in zip(("dq", "dk", "dv"), grads, ref, base):
+        assert err(ours, r) <= 2 * err(b, r) + 1e-4, name
+
+
 def test_deterministic_backward_is_reproducible():
     q, k, v = inputs(2, 256, 256, 4, 4, 64, torch.float16, grad=True)
     dout = torch.randn_like(q)

@@ -556,7 +556,10 @@ fn score_modifiers_run_on_tensor_cores_and_are_refused_elsewhere() {
             }
         }
         let p = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, layouts).unwrap();
-        assert!(p.launches.iter().any(|x| matches!(&x.kind, LaunchKind::Kernel(k) if k.ends_with("_win"))), "{p}");
+        assert!(
+            p.launches.iter().any(|x| matches!(&x.kind, LaunchKind::Kernel(k) if k.ends_with("_win"))),
+            "{p}"
+        );
         assert!(p.why.iter().any(|w| w.contains(what)), "{p}");
         let r = plan(&h200, DType::F32, &problem(l, l, &opts), &opts);
         assert!(matches!(r, Err(InvalidInput::Unsupported { reason: Reason::ScoreMod, .. })), "{r:?}");

@@ -700,7 +700,9 @@ fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
             reason: flashattn::Reason::ScoreMod,
             ..
         })) => {}
-        other => return Err(format!("a softcap on element-wise rows: expected Reason::ScoreMod, got {other:?}")),
+        other => {
+            return Err(format!("a softcap on element-wise rows: expected Reason::ScoreMod, got {other:?}"));
+        }
     }
     for mut s in specs {
         let decode = matches!(s.sequences, Sequences::Batch { seqlen_q: 1, .. });
@@ -741,7 +743,9 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
         }
         Ok(())
     });
-    result.map_err(|e| format!("{} score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
+    result.map_err(|e| {
+        format!("{} score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed())
+    })?;
     if ran.into_inner() == 0 {
         return Err("the tensor-core kernel ran none of the cases".into());
     }

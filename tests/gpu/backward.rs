@@ -215,7 +215,12 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
                 spec(batch(2, 300, 300), 4, 2, d, causal, Bshd),
                 spec(batch(1, 500, 130), 2, 2, d, causal, Aligned),
                 spec(
-                    Sequences::VarLen { q_lens: vec![65, 0, 129], k_lens: vec![300, 3, 64], spare_q: 1, spare_k: 2 },
+                    Sequences::VarLen {
+                        q_lens: vec![65, 0, 129],
+                        k_lens: vec![300, 3, 64],
+                        spare_q: 1,
+                        spare_k: 2,
+                    },
                     2,
                     1,
                     d,

@@ -224,7 +224,15 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
             // Softcap and ALiBi (problems that have them): the scores become logits.
             // SAFETY: the host sizes the slopes.
             unsafe {
-                score_mod::apply::<1, { PBN / 8 }>(p, &seq, h, core::array::from_mut(&mut s), m0 + warp_row0, n0, (g, t4))
+                score_mod::apply::<1, { PBN / 8 }>(
+                    p,
+                    &seq,
+                    h,
+                    core::array::from_mut(&mut s),
+                    m0 + warp_row0,
+                    n0,
+                    (g, t4),
+                )
             };
         }
         let scale_log2 = p.scale_log2;
@@ -277,24 +285,53 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
 
 /// One query row's inputs to its P and dS: the statistics `[offset, 1/Σ P, pivot, D − pivot]`,
 /// its visible keys `begin..limit`, this lane's first key `key0` (its keys are
-/// `key0 + 8·nt + e`), its key position (ALiBi) and `scale_log2`.
+/// `key0 + 8·nt + e`) and `scale_log2`.
 struct RowCtx {
     stats: [f32; 4],
     begin: u32,
     limit: u32,
     key0: u32,
-    pos: f32,
     scale_log2: f32,
 }
 
+/// Score modifiers of kind `M` on one row's `NT` 8-key tiles of the lane (elements `2·half`,
+/// `2·half + 1`), in place: each raw score becomes its logit; with a softcap, each `dP` becomes
+/// `((dP − pivot) − (D − pivot))·∂logit/∂s` and the row's pivot terms 0, so that
+/// [`probs_and_ds`]'s `dS = P·((dP − 0) − 0)` carries the softcap's derivative. `pos` is the
+/// row's key position (ALiBi).
+#[inline(always)]
+fn modify_row<const M: u32, const NT: usize>(
+    hm: &HeadMod,
+    row: &mut RowCtx,
+    sc: &mut [[f32; 4]; NT],
+    dp: &mut [[f32; 4]; NT],
+    half: usize,
+    pos: f32,
+) {
+    let [_, _, pivot, d_rel] = row.stats;
+    let key0 = row.key0 as f32;
+    for nt in 0..NT {
+        for e in 0..2 {
+            let (logit, slope) = hm.logit::<M>(sc[nt][2 * half + e], pos, key0 + (8 * nt + e) as f32);
+            sc[nt][2 * half + e] = logit;
+            if M == MOD_SOFTCAP {
+                let x = &mut dp[nt][2 * half + e];
+                *x = ((*x - pivot) - d_rel) * slope;
+            }
+        }
+    }
+    if M == MOD_SOFTCAP {
+        row.stats[2] = 0.0;
+        row.stats[3] = 0.0;
+    }
+}
+
 /// P (normalised; 0 where masked) and dS of one row's `NT` 8-key tiles of the lane (elements
-/// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`: the scores become
-/// logits first for modifier kind `M`, and dS takes the softcap's derivative. Branch-free: every
+/// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`. Branch-free: every
 /// score's probability (a row without probabilities has `1/Σ P = 0`, and `offset = -inf` where
 /// it saw no key), 0 selected where masked.
 #[inline(always)]
-fn probs_and_ds<const M: u32, const NT: usize>(
-    hm: &HeadMod,
+fn probs_and_ds<const NT: usize>(
     row: &RowCtx,
     sc: &[[f32; 4]; NT],
     dp: &[[f32; 4]; NT],
@@ -307,11 +344,9 @@ fn probs_and_ds<const M: u32, const NT: usize>(
         let mut ds = [0.0f32; 2];
         for e in 0..2 {
             let key = row.key0 + 8 * nt as u32 + e as u32;
-            let (logit, slope) = hm.logit::<M>(sc[nt][2 * half + e], row.pos, key as f32);
-            let x = prob_from_offset(logit, row.scale_log2, offset) * inv;
+            let x = prob_from_offset(sc[nt][2 * half + e], row.scale_log2, offset) * inv;
             pr[e] = if (key < row.limit) & (key >= row.begin) { x } else { 0.0 };
-            let d = GradRow::ds(pr[e], dp[nt][2 * half + e], pivot, d_rel);
-            ds[e] = if M == MOD_SOFTCAP { d * slope } else { d };
+            ds[e] = GradRow::ds(pr[e], dp[nt][2 * half + e], pivot, d_rel);
         }
         store(nt, pr, ds);
     }
@@ -528,12 +563,11 @@ unsafe fn bwd_main<
                     } else {
                         (0, mask::key_end(m0 + qr + 1, seq.len_q, seq.len_k, causal))
                     };
-                    let row = RowCtx {
+                    let mut row = RowCtx {
                         stats: [offset, inv, pivot, d_rel],
                         begin,
                         limit,
                         key0: n0 + k0 + 2 * t4,
-                        pos: hm.position(m0 + qr),
                         scale_log2,
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
@@ -544,12 +578,16 @@ unsafe fn bwd_main<
                             shared::store_u32(ds_tile + at, E::pack(ds[0], ds[1]));
                         }
                     };
-                    let (scm, dpm) = (&sc[mt], &dp[mt]);
+                    // Score modifiers first, in place (a pass of their own, so that their
+                    // temporaries and the probabilities' are not live at once).
+                    let (scm, dpm) = (&mut sc[mt], &mut dp[mt]);
+                    let pos = hm.position(m0 + qr);
                     match kind {
-                        MOD_NONE => probs_and_ds::<MOD_NONE, NT1>(&hm, &row, scm, dpm, half, store),
-                        MOD_ALIBI => probs_and_ds::<MOD_ALIBI, NT1>(&hm, &row, scm, dpm, half, store),
-                        _ => probs_and_ds::<MOD_SOFTCAP, NT1>(&hm, &row, scm, dpm, half, store),
+                        MOD_NONE => {}
+                        MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                        _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
                     }
+                    probs_and_ds::<NT1>(&row, scm, dpm, half, store);
                 }
             }
         }

@@ -11,8 +11,8 @@ mod flash_simt;
 // Hopper-only: `wgmma` and TMA exist on sm_90a alone (the sm_80 PTX has no such kernels).
 #[cfg(target_feature = "sm_90a")]
 mod flash_wgmma;
-mod sequence;
 mod score_mod;
+mod sequence;
 mod softmax_rows;
 mod tile;
 
