@@ -144,8 +144,12 @@ impl Device {
                 (buf.device_address(), Some(buf))
             }
         };
+        // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
+        let slopes = self.upload_slopes(stream, problem)?;
+        let mut attn = attn_params(problem, io, None, config.block_n);
+        attn.alibi_slopes = slopes.as_ref().map_or(0, |b| b.device_address());
         let params = WgmmaParams {
-            attn: attn_params(problem, io, None, config.block_n),
+            attn,
             maps,
             merge: io.partial.is_some_and(|p| p.merge) as u32,
             final_rows: io.partial.map_or(0, |p| p.final_rows),

@@ -9,7 +9,7 @@
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
     WGMMA_CONFIGS, bwd_default, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
-    wgmma_default,
+    wgmma_default, wgmma_masked,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -908,8 +908,9 @@ fn plan_mma(
     Ok(plan)
 }
 
-/// `Method::FlashHopper`: the `wgmma` instance for the head dim, on sm_90a, for fixed-length
-/// batches without a window or split-KV, with strides TMA can describe (16-byte multiples).
+/// `Method::FlashHopper`: the `wgmma` instance for the head dim (its masked instance with a
+/// sliding window or score modifiers), on sm_90a, for fixed-length batches without split-KV,
+/// with strides TMA can describe (16-byte multiples).
 fn plan_wgmma(
     props: &DeviceProps,
     dtype: DType,
@@ -924,12 +925,6 @@ fn plan_wgmma(
     }
     if dtype == DType::F32 {
         return Err(unsupported(method, Reason::DType { dtype }));
-    }
-    if !problem.window().is_none() {
-        return Err(unsupported(method, Reason::Window));
-    }
-    if problem.has_score_mod() {
-        return Err(unsupported(method, Reason::ScoreMod));
     }
     if problem.varlen().is_some() {
         return no("a variable-length batch (not on the Hopper kernel yet; Method::FlashTensorCore runs it)");
@@ -946,7 +941,10 @@ fn plan_wgmma(
         return Err(unsupported(method, Reason::NoSplitKv));
     }
     let d = problem.head_dim();
-    let index = u32::try_from(d).ok().and_then(wgmma_default).ok_or_else(|| {
+    // Sliding windows and score modifiers run on the masked instances.
+    let masked = masked_features(problem);
+    let find = if masked.is_some() { wgmma_masked } else { wgmma_default };
+    let index = u32::try_from(d).ok().and_then(find).ok_or_else(|| {
         let supported = WGMMA_CONFIGS.iter().map(|c| c.head_dim).collect();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
@@ -989,6 +987,9 @@ fn plan_wgmma(
          compute with wgmma",
         config.block_m, config.block_n, config.stages
     ));
+    if let Some((_, what)) = masked {
+        plan.why.push(format!("masked instance: {what}"));
+    }
     Ok(plan)
 }
 

@@ -457,6 +457,10 @@ pub struct WgmmaConfig {
     pub block_n: u32,
     /// K and V tiles in flight (a ring of `stages` buffers each).
     pub stages: u32,
+    /// 1: a masked instance (sliding windows — key tiles outside every row's window are never
+    /// loaded — and score modifiers; chosen only for problems with one, [`wgmma_masked`]);
+    /// 0: the others.
+    pub window: u32,
 }
 
 /// Rows per consumer warpgroup of the Hopper kernel (the M of `wgmma`).
@@ -509,6 +513,7 @@ impl WgmmaConfig {
             && self.consumers() >= 1
             && (self.block_n == 128 || self.block_n == 64)
             && self.stages >= 1
+            && self.window <= 1
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -525,9 +530,18 @@ const _: () = {
 
 /// The Hopper instance for head dim `d`, if one runs it.
 pub const fn wgmma_default(head_dim: u32) -> Option<usize> {
+    wgmma_find(head_dim, 0)
+}
+
+/// The masked Hopper instance (sliding windows, score modifiers) for head dim `d`.
+pub const fn wgmma_masked(head_dim: u32) -> Option<usize> {
+    wgmma_find(head_dim, 1)
+}
+
+const fn wgmma_find(head_dim: u32, window: u32) -> Option<usize> {
     let mut i = 0;
     while i < WGMMA_CONFIGS.len() {
-        if WGMMA_CONFIGS[i].runs(head_dim) {
+        if WGMMA_CONFIGS[i].runs(head_dim) && WGMMA_CONFIGS[i].window == window {
             return Some(i);
         }
         i += 1;

@@ -168,24 +168,34 @@ macro_rules! mma_kernel_name {
 }
 
 /// Calls `$m!` with the Hopper forward instances (sm_90a only), one `(head_dim, block_m,
-/// block_n, stages)` group each ([`crate::config::WgmmaConfig`]).
+/// block_n, stages, window)` group each ([`crate::config::WgmmaConfig`]; `window` 1: a masked
+/// instance, which applies sliding windows and score modifiers).
 #[macro_export]
 macro_rules! for_each_wgmma_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (64, 128, 128, 2)
-            (128, 128, 128, 2)
-            (192, 128, 64, 2)
-            (256, 128, 64, 2)
+            (64, 128, 128, 2, 0)
+            (128, 128, 128, 2, 0)
+            (192, 128, 64, 2, 0)
+            (256, 128, 64, 2, 0)
+            (64, 128, 128, 2, 1)
+            (128, 128, 128, 2, 1)
+            (192, 128, 64, 2, 1)
+            (256, 128, 64, 2, 1)
         }
     };
 }
 
-/// The entry name of one Hopper instance: `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`.
+/// The entry name of one Hopper instance:
+/// `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`, with `_win` appended
+/// for a masked instance.
 #[macro_export]
 macro_rules! wgmma_kernel_name {
-    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal) => {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s)
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 1) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win")
     };
 }
 
@@ -260,15 +270,15 @@ macro_rules! mma_table {
 for_each_mma_instance!(mma_table);
 
 macro_rules! wgmma_table {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal))*) => {
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt))*) => {
         /// Every Hopper forward configuration, in [`for_each_wgmma_instance!`] order.
         pub const WGMMA_CONFIGS: [$crate::config::WgmmaConfig; [$($d),*].len()] = [$(
-            $crate::config::WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s }
+            $crate::config::WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win }
         ),*];
         /// Entry names of [`WGMMA_CONFIGS`], f16 then bf16.
         pub const WGMMA_KERNELS: [[&str; WGMMA_CONFIGS.len()]; 2] = [
-            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s)),*],
-            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s)),*],
+            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s, $win)),*],
+            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s, $win)),*],
         ];
     };
 }

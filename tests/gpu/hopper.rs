@@ -1,24 +1,29 @@
 //! The Hopper kernel (`Method::FlashHopper`: TMA, `wgmma`) against the f64 oracle: its edge
 //! shapes and the CPU suite's random strategy, restricted to what it runs (fixed-length
-//! batches, head dims that are multiples of 8 up to 256, 16-byte rows, no window). On a device
-//! without sm_90 the tests check that the planner refuses the method instead.
+//! batches, head dims that are multiples of 8 up to 256, 16-byte rows), its masked instances
+//! (sliding windows, softcap, ALiBi) included. On a device without sm_90 the tests check that
+//! the planner refuses the method instead.
 
 use flashattn::{AttentionOptions, Device, Error, InvalidInput, Method, Reason, bf16, f16};
 use flashattn::{Element, Problem};
-use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with};
+use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
 use flashattn_testkit::{Case, LayoutKind, Sequences, Values, check};
 use proptest::test_runner::TestCaseError;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::GpuTest;
-use crate::attention::{batch, case_rng, e2s, edge_specs, run_and_check, seeded_runner, small, spec};
+use crate::attention::{alibi, batch, case_rng, e2s, edge_specs, run_and_check, seeded_runner, small, spec};
 
 pub const TESTS: &[(&str, GpuTest)] = &[
     ("hopper::shapes_f16", shapes::<f16>),
     ("hopper::shapes_bf16", shapes::<bf16>),
     ("hopper::random_f16", random::<f16>),
     ("hopper::random_bf16", random::<bf16>),
+    ("hopper::masked_f16", masked::<f16>),
+    ("hopper::masked_bf16", masked::<bf16>),
+    ("hopper::random_score_modifiers_f16", random_score_modifiers::<f16>),
+    ("hopper::random_score_modifiers_bf16", random_score_modifiers::<bf16>),
     ("hopper::recurring_tensors", recurring_tensors),
 ];
 
@@ -80,6 +85,99 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         if !run_and_check(dev, &case, Method::FlashHopper)? {
             return Err(format!("the Hopper kernel refused a case it should run:\n{case}"));
         }
+    }
+    Ok(())
+}
+
+/// The masked instances: sliding windows (left-only, right-only, two-sided, 0-wide: only the
+/// diagonal key), softcap (30, and 2 with raw scores in the hundreds), ALiBi, both, both with a
+/// window; causal and not, Nq ≠ Nk both ways (rows whose window holds no key), GQA, exact and
+/// padded head dims. The plan must name the masked instance.
+fn masked<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let w = |left: Option<usize>, right: Option<usize>| flashattn::Window { left, right };
+    let none = flashattn::Window::default();
+    type Mods = (Option<f32>, Option<Vec<f32>>, flashattn::Window);
+    let cases: Vec<Mods> = vec![
+        (None, None, w(Some(0), Some(0))),
+        (None, None, w(Some(100), None)),
+        (None, None, w(None, Some(3))),
+        (None, None, w(Some(200), Some(70))),
+        (Some(30.0), None, none),
+        (Some(2.0), None, none),
+        (None, alibi(4, 0.5), none),
+        (Some(50.0), alibi(4, 0.7), none),
+        (Some(20.0), alibi(4, 0.3), w(Some(150), Some(7))),
+    ];
+    let mut specs = Vec::new();
+    for (i, (cap, slopes, win)) in cases.into_iter().enumerate() {
+        let d = [64, 128, 192, 256, 96, 40][i % 6];
+        let layout = if d % 64 == 0 { Bshd } else { Aligned };
+        for causal in [false, true] {
+            for mut s in [
+                spec(batch(2, 300, 300), 2, 1, d, causal, layout),
+                spec(batch(1, 130, 700), 4, 2, d, causal, Bhsd),
+                spec(batch(1, 700, 130), 2, 2, d, causal, layout),
+            ] {
+                s.softcap = cap;
+                s.alibi_slopes = slopes.clone().map(|v| v[..s.heads_q].to_vec());
+                s.window = win;
+                if i == 5 {
+                    s.scale = Some(1.0);
+                }
+                specs.push(s);
+            }
+        }
+    }
+    if small() {
+        specs.retain(|s| s.head_dim <= 128);
+    }
+    for s in &specs {
+        let case = Case::<T>::random(&mut case_rng(), s);
+        let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
+        let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
+        if !plan.kernel().ends_with("_win") {
+            return Err(format!("not the masked instance: {plan}\n{case}"));
+        }
+        if !run_and_check(dev, &case, Method::FlashHopper)? {
+            return Err(format!("the Hopper kernel refused a masked case:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// Random cases with score modifiers (softcaps in [0.5, 50), ALiBi slopes, both) through the
+/// Hopper kernel's masked instances, moved into what it runs.
+fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let strategy = (spec_with_score_mods(), proptest::num::u64::ANY);
+    let mut runner = seeded_runner(60 + T::DTYPE as u64);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&strategy, |(mut spec, input_seed)| {
+        if let Sequences::VarLen { .. } = spec.sequences {
+            return Ok(());
+        }
+        spec.head_dim = spec.head_dim.div_ceil(8).min(32) * 8;
+        spec.cache_seqlens = None;
+        spec.splits = None;
+        spec.tiles = Default::default();
+        if !matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd) {
+            spec.layout = LayoutKind::Aligned;
+        }
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run_and_check(dev, &case, Method::FlashHopper).map_err(TestCaseError::fail)? {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} flash-hopper, score modifiers: {e}", T::DTYPE))?;
+    if ran.into_inner() == 0 {
+        return Err("the Hopper kernel ran none of the cases".into());
     }
     Ok(())
 }

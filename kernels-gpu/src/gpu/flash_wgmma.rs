@@ -34,6 +34,7 @@ use super::arch::thread::{
 };
 use super::arch::tma;
 use super::arch::wgmma::{self, SWIZZLE_ATOM_BYTES, WgmmaElement, descriptor};
+use super::score_mod;
 use super::sequence::SeqView;
 use crate::config::{WGMMA_PANEL, WgmmaConfig};
 use crate::mask;
@@ -95,13 +96,22 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
 const PRODUCER_REGISTERS: u32 = 24;
 const CONSUMER_REGISTERS: u32 = 240;
 
-/// The key tiles of a query tile: `[first, end)` of `BN`-key tiles.
+/// The key tiles of a query tile (`m0 < len_q`): `[first, end)` of `BN`-key tiles; with a
+/// window (`WIN`), from the tile holding its first row's first key to the one holding its last
+/// row's last key (tiles outside every row's window are never loaded).
 #[inline(always)]
-fn key_tiles(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
+fn key_tiles<const WIN: bool>(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
     let a = &p.attn;
+    let causal = a.causal != 0;
     let row_end = (m0 + bm).min(seq.len_q);
-    let n_end = mask::key_end(row_end, seq.len_q, seq.len_k, a.causal != 0);
-    (0, n_end.div_ceil(bn))
+    if WIN {
+        let n_end = mask::row_key_end(row_end - 1, seq.len_q, seq.len_k, causal, a.window_right);
+        let n_begin = mask::row_key_begin(m0, seq.len_q, seq.len_k, a.window_left);
+        let end = n_end.div_ceil(bn);
+        ((n_begin / bn).min(end), end)
+    } else {
+        (0, mask::key_end(row_end, seq.len_q, seq.len_k, causal).div_ceil(bn))
+    }
 }
 
 /// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
@@ -125,6 +135,7 @@ unsafe fn flash_fwd_wgmma<
     const DP: usize,
     const SN: usize,
     const PK: usize,
+    const WIN: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -156,7 +167,7 @@ unsafe fn flash_fwd_wgmma<
     }
     let kv_h = h / a.group.max(1);
     let base = S::<D, BM, BN, NS>::base();
-    let (j_begin, j_end) = key_tiles(p, &seq, m0, BM as u32, BN as u32);
+    let (j_begin, j_end) = key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32);
 
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
@@ -234,7 +245,17 @@ unsafe fn flash_fwd_wgmma<
     let warp_in_wg = (tid / 32) % 4;
     let (g, t4) = (lane / 4, lane % 4);
     let leader = tid % 128 == 0;
-    let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
+    // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
+    // some row of the block does not see: only those are masked.
+    let (free_end, free_begin) = if WIN {
+        let last = (m0 + BM as u32).min(seq.len_q) - 1;
+        (
+            mask::row_key_end(m0, seq.len_q, seq.len_k, causal, a.window_right),
+            mask::row_key_begin(last, seq.len_q, seq.len_k, a.window_left),
+        )
+    } else {
+        (mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k), 0)
+    };
     let max_fused = FUSED_LIMIT / a.scale_log2;
     let mut o = [[0.0f32; 32]; DP];
     let mut state = [OnlineSoftmax::new(); 2];
@@ -282,8 +303,27 @@ unsafe fn flash_fwd_wgmma<
     macro_rules! softmax_tile {
         ($sc:ident, $j:expr) => {{
             let n0 = $j * BN as u32;
-            // Mask the tiles that cross the diagonal or the end of the keys.
-            if n0 + BN as u32 > free_end {
+            if WIN {
+                // Softcap and ALiBi (problems that have them), then each row's window.
+                // SAFETY: the host sizes the slopes.
+                unsafe { score_mod::apply_flat::<SN>(a, &seq, h, &mut $sc, row_base, n0, t4) };
+                if n0 + BN as u32 > free_end || n0 < free_begin {
+                    for half in 0..2 {
+                        let row = row_base + 8 * half as u32;
+                        let begin = mask::row_key_begin(row, seq.len_q, seq.len_k, a.window_left);
+                        let limit = mask::row_key_end(row, seq.len_q, seq.len_k, causal, a.window_right);
+                        for nt in 0..BN / 8 {
+                            for e in 0..2 {
+                                let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
+                                if key >= limit || key < begin {
+                                    $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                                }
+                            }
+                        }
+                    }
+                }
+            } else if n0 + BN as u32 > free_end {
+                // Mask the tiles that cross the diagonal or the end of the keys.
                 for half in 0..2 {
                     let row = row_base + 8 * half as u32;
                     let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
@@ -514,19 +554,20 @@ unsafe fn flash_fwd_wgmma<
 
 /// One exported entry per instance of [`crate::for_each_wgmma_instance!`] and element type.
 macro_rules! wgmma_entries {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal))*) => {
-        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s);
-           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s); )*
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt))*) => {
+        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s, $win);
+           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s, $win); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt) => {
         const _: () = {
             /// Hopper flash-attention forward kernel (see the module docs).
             ///
             /// # Safety
             /// See [`flash_fwd_wgmma`].
-            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s))]
+            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win))]
             pub unsafe extern "ptx-kernel" fn entry(p: WgmmaParams) {
-                const C: WgmmaConfig = WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s };
+                const C: WgmmaConfig =
+                    WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win };
                 // SAFETY: forwarded contract.
                 unsafe {
                     flash_fwd_wgmma::<
@@ -539,6 +580,7 @@ macro_rules! wgmma_entries {
                         { (C.head_dim / WGMMA_PANEL) as usize },
                         { (C.block_n / 2) as usize },
                         { (C.block_n / 16) as usize },
+                        { C.window == 1 },
                     >(&p)
                 }
             }

@@ -137,3 +137,46 @@ pub unsafe fn apply<const MI: usize, const NT: usize>(
         logits::<MOD_SOFTCAP, MI, NT>(&hm, s, row0, key0, quad);
     }
 }
+
+/// [`apply`] for the Hopper kernel's flat accumulator layout: score `4·nt + 2·half + e` of the
+/// lane is row `row + 8·half` (`row` already holds the lane's `g`), key `key0 + 8·nt + 2·t4 + e`.
+///
+/// # Safety
+/// As [`HeadMod::of`].
+#[inline(always)]
+pub unsafe fn apply_flat<const SN: usize>(
+    p: &AttnParams,
+    seq: &SeqView,
+    h: u32,
+    s: &mut [f32; SN],
+    row: u32,
+    key0: u32,
+    t4: u32,
+) {
+    let kind = mod_kind(p);
+    if kind == MOD_NONE {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let hm = unsafe { HeadMod::of(p, seq, h) };
+    if kind == MOD_ALIBI {
+        logits_flat::<MOD_ALIBI, SN>(&hm, s, row, key0, t4);
+    } else {
+        logits_flat::<MOD_SOFTCAP, SN>(&hm, s, row, key0, t4);
+    }
+}
+
+/// [`logits`] on the flat layout of [`apply_flat`].
+#[inline(always)]
+fn logits_flat<const M: u32, const SN: usize>(hm: &HeadMod, s: &mut [f32; SN], row: u32, key0: u32, t4: u32) {
+    let key = (key0 + 2 * t4) as f32;
+    for half in 0..2 {
+        let pos = hm.position(row + 8 * half as u32);
+        for nt in 0..SN / 4 {
+            for e in 0..2 {
+                let x = &mut s[4 * nt + 2 * half + e];
+                *x = hm.logit::<M>(*x, pos, key + (8 * nt + e) as f32).0;
+            }
+        }
+    }
+}
