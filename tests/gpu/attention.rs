@@ -650,8 +650,9 @@ pub fn alibi(heads: usize, base: f32) -> Option<Vec<f32>> {
 /// and both with a sliding window; causal and not, Nq ≠ Nk both ways, GQA, varlen with empty
 /// sequences, decode with split-KV (the planner's count and an override) and GQA packing (with
 /// a softcap alone: ALiBi's bias is per head and position), exact and padded head dims, and
-/// logits in the hundreds (`scale` 1). The plan must name the masked instance; rows that are not
-/// 16-byte aligned are refused as `Reason::ScoreMod`.
+/// logits in the hundreds (`scale` 1), through `Method::Auto` (the Hopper kernel's masked
+/// instance on sm_90 for 128+ query rows, else the tensor-core kernel's). The plan must name a
+/// masked instance; rows that are not 16-byte aligned are refused as `Reason::ScoreMod`.
 fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
     use LayoutKind::{Aligned, Bhsd, Bshd, Padded};
     type Mods = (Option<f32>, Option<Vec<f32>>, flashattn::Window);
@@ -713,8 +714,10 @@ fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
             let plan = dev
                 .plan::<T>(&case.problem, &AttentionOptions { method: Method::Auto, ..case.opts.clone() })
                 .map_err(|e| format!("{e}\n{case}"))?;
-            if plan.method != Method::FlashTensorCore || !plan.kernel().ends_with("_win") {
-                return Err(format!("score modifiers not on the masked instance: {plan}\n{case}"));
+            // (Auto takes the Hopper kernel's masked instance on sm_90 for 128+ query rows.)
+            let masked_method = matches!(plan.method, Method::FlashTensorCore | Method::FlashHopper);
+            if !masked_method || !plan.kernel().ends_with("_win") {
+                return Err(format!("score modifiers not on a masked instance: {plan}\n{case}"));
             }
             if decode && plan.gqa_packed != (s.alibi_slopes.is_none() && s.window.is_none()) {
                 return Err(format!("GQA packing with modifiers: {plan}\n{case}"));
