@@ -21,7 +21,7 @@ fn serve<T: Element>(gpu: Option<&Device>) -> Result<(), flashattn::Error> {
     // The page pool: (pages, page_size, heads_kv, d). Sequence 0 gets pages 5, 2, 7, 0 in that
     // order, sequence 1 pages 1, 6, 3, 4: any assignment works.
     let pool = Layout::bshd(batch * pages_per_entry, page_size, heads_kv, d);
-    let table = BlockTable { page_size, pages_per_entry, pages: vec![5, 2, 7, 0, 1, 6, 3, 4] };
+    let table = BlockTable { page_size, pages_per_entry, pages: vec![5, 2, 7, 0, 1, 6, 3, 4].into() };
     let zero = T::from_f32(0.0);
     let mut k_cache = vec![zero; pool.required_len().unwrap_or(0)];
     let mut v_cache = k_cache.clone();

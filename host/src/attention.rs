@@ -147,11 +147,11 @@ impl Device {
         // A paged cache's page table, read by the decode instances (freed in stream order too);
         // an entry's keys are then its pages' capacity (or its `cache_seqlens`).
         let page_table = match problem.block_table() {
-            Some(t) => Some((self.upload_u32(stream, &t.pages)?, t)),
+            Some(t) => Some((self.page_table_on(stream, t)?, t)),
             None => None,
         };
-        if let Some((buf, t)) = &page_table {
-            params.block_table = buf.device_address();
+        if let Some(((address, _buf), t)) = &page_table {
+            params.block_table = *address;
             params.pages_per_entry = t.pages_per_entry as u32;
             params.page_shift = t.page_size.trailing_zeros();
             params.seqlen_k = (t.pages_per_entry * t.page_size) as u32;

@@ -87,6 +87,10 @@ pub struct Device {
     split_scratch: Mutex<Option<DeviceBuffer<u8>>>,
     /// The Hopper kernel's recurring TMA tensor-map sets, kept on the device.
     pub(crate) tensor_maps: Mutex<crate::hopper::TensorMapCache>,
+    /// The last paged cache's table a call on the device's own stream used, with its device
+    /// copy: a decode loop that passes the same table (the same `Arc` of pages) again copies
+    /// nothing.
+    page_table: Mutex<Option<(Arc<[u32]>, DeviceBuffer<u32>)>>,
     module: OnceLock<Module>,
     target: Target,
     stream: Arc<CudaStream>,
@@ -235,6 +239,7 @@ impl Device {
             blas: OnceLock::new(),
             split_scratch: Mutex::new(None),
             tensor_maps: Mutex::new(crate::hopper::TensorMapCache::new()),
+            page_table: Mutex::new(None),
             module: OnceLock::new(),
             target,
             stream,
@@ -446,6 +451,36 @@ impl Device {
             self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64)
         })?;
         Ok(DeviceBuffer { slice, len: host.len() })
+    }
+
+    /// The device address of a paged cache's table for work queued on `stream`, and the buffer
+    /// to keep alive until that work is queued when it was copied for this call alone.
+    ///
+    /// On the device's own stream the copy is kept for the next call that passes the same
+    /// table (pointer-equal pages: an `Arc<[u32]>` never changes, and holding it keeps its
+    /// address from being reused); a different table replaces it, the old copy freed in stream
+    /// order after the kernels that read it. On another stream (a caller's) the table is copied
+    /// for the call and freed in that stream's order, since two streams are not ordered.
+    pub(crate) fn page_table_on(
+        &self,
+        stream: &Arc<CudaStream>,
+        table: &crate::problem::BlockTable,
+    ) -> Result<(u64, Option<DeviceBuffer<u32>>)> {
+        if !Arc::ptr_eq(stream, &self.stream) {
+            let buf = self.upload_u32(stream, &table.pages)?;
+            return Ok((buf.device_address(), Some(buf)));
+        }
+        let mut kept = self.page_table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((pages, buf)) = kept.as_ref() {
+            if Arc::ptr_eq(pages, &table.pages) {
+                return Ok((buf.device_address(), None));
+            }
+        }
+        *kept = None;
+        let buf = self.upload_u32(stream, &table.pages)?;
+        let address = buf.device_address();
+        *kept = Some((table.pages.clone(), buf));
+        Ok((address, None))
     }
 
     /// Allocates `len` elements set to zero.

@@ -902,7 +902,7 @@ mod tests {
     #[test]
     fn the_planners_refusals_pass_through() {
         let t = forward();
-        let opts = AttentionOptions { softcap: Some(30.0), method: Method::Standard, ..Default::default() };
+        let opts = AttentionOptions { softcap: Some(30.0), method: Method::Flash, ..Default::default() };
         assert!(matches!(
             invalid(plan_attention(&h200(), DType::BF16, &t, &opts)),
             InvalidInput::Unsupported { reason: Reason::ScoreMod, .. }

@@ -85,7 +85,7 @@ impl Device {
         let words = |l: &Layout| strides(l).map(|s| s * units);
         let lens = self.upload_u32(stream, cache_seqlens)?;
         let table = match block_table {
-            Some(t) => Some(self.upload_u32(stream, &t.pages)?),
+            Some(t) => Some(self.page_table_on(stream, t)?),
             None => None,
         };
         let params = AppendParams {
@@ -94,7 +94,7 @@ impl Device {
             cache_strides: [words(&caches[0].1), words(&caches[1].1)],
             new_strides: [words(&new[0].1), words(&new[1].1)],
             cache_seqlens: lens.device_address(),
-            block_table: table.as_ref().map_or(0, |b| b.device_address()),
+            block_table: table.as_ref().map_or(0, |(address, _)| *address),
             pages_per_entry: block_table.map_or(0, |t| t.pages_per_entry as u32),
             page_shift: block_table.map_or(0, |t| t.page_size.trailing_zeros()),
             new_tokens: kn.seqlen as u32,

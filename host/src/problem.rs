@@ -1,6 +1,8 @@
 //! What an attention call computes, independent of where the data lives: tensor layouts,
 //! options, and the validation that every path (CPU, GPU flash, GPU standard) shares.
 
+use std::sync::Arc;
+
 use crate::error::InvalidInput;
 pub use flashattn_kernels::params::MAX_TOKENS;
 pub use flashattn_kernels::softmax::ScoreMod;
@@ -301,7 +303,9 @@ pub struct AttentionOptions {
     /// fixed-length batch; `cache_seqlens` gives each entry's length (else all its pages' tokens).
     /// On the GPU the tensor-core kernel's decode instances read it (up to 16 query rows a tile,
     /// 16-byte rows: decoding and short chunks, which `Method::Auto` sends there); every other
-    /// GPU path refuses it (`Reason::KvCache`). The table is copied to the device with each call.
+    /// GPU path refuses it (`Reason::KvCache`). The table is copied to the device when a call
+    /// first sees it and kept there while calls on the [`crate::Device`]'s own stream pass the
+    /// same table again (the same `Arc` of pages: clone the `BlockTable`, do not rebuild it).
     pub block_table: Option<BlockTable>,
 }
 
@@ -313,8 +317,10 @@ pub struct BlockTable {
     /// Page slots per batch entry (the table's row length).
     pub pages_per_entry: usize,
     /// `batch × pages_per_entry` page indices into the pools (slots past an entry's length are
-    /// not read, but must still name a page that exists).
-    pub pages: Vec<u32>,
+    /// not read, but must still name a page that exists). Shared and immutable, so that a call
+    /// takes it without a copy and a `Device` can keep its device copy for the next call that
+    /// passes the same table (`vec.into()` makes one; a changed table is a new one).
+    pub pages: Arc<[u32]>,
 }
 
 impl BlockTable {
@@ -886,8 +892,13 @@ pub(crate) fn check_block_table(
             t.pages_per_entry
         ));
     }
-    if let Some((i, &p)) = t.pages.iter().enumerate().find(|&(_, &p)| p as usize >= k.batch) {
-        return bad(format!("slot {i} names page {p}, the pools hold {} pages", k.batch));
+    // The largest index first (a vectorised pass over a table of up to ~10⁵ slots per call),
+    // the offending slot only when there is one.
+    let largest = t.pages.iter().copied().max().unwrap_or(0);
+    if largest as usize >= k.batch {
+        if let Some((i, &p)) = t.pages.iter().enumerate().find(|&(_, &p)| p as usize >= k.batch) {
+            return bad(format!("slot {i} names page {p}, the pools hold {} pages", k.batch));
+        }
     }
     Ok(())
 }

@@ -295,7 +295,7 @@ fn forward(
         let pages_per_entry = t.shape[1];
         // The page size is the pools' token extent: K is (pages, page_size, heads_k, d).
         let page_size = tk.shape.get(1).copied().unwrap_or(0);
-        opts.block_table = Some(BlockTable { page_size, pages_per_entry, pages: t.host_u32()? });
+        opts.block_table = Some(BlockTable { page_size, pages_per_entry, pages: t.host_u32()?.into() });
     }
     let tensors = ForwardTensors {
         q: attn_tensor(&tq, packed)?,

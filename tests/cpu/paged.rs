@@ -22,7 +22,8 @@ fn cases<T: Element>(nq: usize, causal: bool) -> (Case<T>, Case<T>) {
     s.cache_seqlens = Some(vec![20, 0, 48]);
     let contiguous = Case::<T>::random(&mut StdRng::seed_from_u64(11 + nq as u64), &s);
     // 3 entries × 3 page slots over a pool of 11 pages, shuffled; pages 0 and 5 unused.
-    let table = BlockTable { page_size: PAGE, pages_per_entry: 3, pages: vec![7, 2, 9, 1, 4, 10, 3, 8, 6] };
+    let table =
+        BlockTable { page_size: PAGE, pages_per_entry: 3, pages: vec![7, 2, 9, 1, 4, 10, 3, 8, 6].into() };
     let paged = contiguous.paged(table, 11).expect("a valid paged problem");
     (contiguous, paged)
 }
@@ -88,13 +89,13 @@ fn bad_block_tables_are_typed_errors() {
         q.required_len().unwrap(),
     ];
     let with = |t: BlockTable| AttentionOptions { block_table: Some(t), ..Default::default() };
-    let good = BlockTable { page_size: 16, pages_per_entry: 2, pages: vec![0, 1, 2, 3] };
+    let good = BlockTable { page_size: 16, pages_per_entry: 2, pages: vec![0, 1, 2, 3].into() };
     assert!(Problem::new(q, pool, pool, q, lens, &with(good.clone())).is_ok());
     for bad in [
         BlockTable { page_size: 8, ..good.clone() },
         BlockTable { page_size: 32, ..good.clone() },
-        BlockTable { pages: vec![0, 1, 2], ..good.clone() },
-        BlockTable { pages: vec![0, 1, 2, 4], ..good.clone() },
+        BlockTable { pages: vec![0, 1, 2].into(), ..good.clone() },
+        BlockTable { pages: vec![0, 1, 2, 4].into(), ..good.clone() },
     ] {
         let r = Problem::new(q, pool, pool, q, lens, &with(bad.clone()));
         assert!(matches!(r, Err(InvalidInput::BlockTable { .. })), "{bad:?}: {r:?}");
@@ -107,7 +108,7 @@ fn bad_block_tables_are_typed_errors() {
     // A page shared by both entries: the forward runs, the backward refuses before writing.
     let shared = AttentionOptions {
         cache_seqlens: Some(vec![20, 20]),
-        ..with(BlockTable { pages: vec![0, 1, 0, 2], ..good })
+        ..with(BlockTable { pages: vec![0, 1, 0, 2].into(), ..good })
     };
     let data = |n: usize| (0..n).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<f32>>();
     let (qd, kd, vd) = (data(lens[0]), data(lens[1]), data(lens[2]));
@@ -148,7 +149,7 @@ fn bad_block_tables_are_typed_errors() {
 fn append_into_pages() {
     use flashattn::cpu::append_kv;
     let (hk, d, n) = (2, 4, 5);
-    let table = BlockTable { page_size: PAGE, pages_per_entry: 2, pages: vec![3, 0, 2, 1] };
+    let table = BlockTable { page_size: PAGE, pages_per_entry: 2, pages: vec![3, 0, 2, 1].into() };
     let pool = Layout::bshd(4, PAGE, hk, d);
     let flat = Layout::bshd(2, 2 * PAGE, hk, d);
     let new = Layout::bshd(2, n, hk, d);

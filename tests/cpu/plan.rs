@@ -617,7 +617,8 @@ fn score_modifiers_run_on_tensor_cores_and_are_refused_elsewhere() {
     // included); a 64-token chunk has no GPU path (the general kernel does not read page
     // tables); the Hopper kernel, standard attention and the backward refuse it.
     let pool = Layout::bshd(6, 16, 2, 64);
-    let table = flashattn::BlockTable { page_size: 16, pages_per_entry: 3, pages: vec![5, 0, 2, 1, 4, 3] };
+    let table =
+        flashattn::BlockTable { page_size: 16, pages_per_entry: 3, pages: vec![5, 0, 2, 1, 4, 3].into() };
     let paged = AttentionOptions {
         block_table: Some(table),
         cache_seqlens: Some(vec![20, 48]),

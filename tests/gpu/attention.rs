@@ -894,7 +894,7 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             let table = flashattn::BlockTable {
                 page_size: page,
                 pages_per_entry: ppe,
-                pages: order[..b * ppe].to_vec(),
+                pages: order[..b * ppe].to_vec().into(),
             };
             let case = contiguous
                 .paged(table, b * ppe + spare)
@@ -906,9 +906,29 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             if !run_and_check(dev, &case, Method::Auto)? {
                 return Err(format!("Auto refused a paged cache case:\n{case}"));
             }
+            if d == dims[0] {
+                // The device keeps the last table's copy: the same table again (kept), another
+                // table over the same pool (replaces it), then the first again (copied anew).
+                order.shuffle(&mut rng);
+                let other =
+                    flashattn::BlockTable { pages: order[..b * ppe].to_vec().into(), ..table_of(&case) };
+                let other = contiguous
+                    .paged(other, b * ppe + spare)
+                    .map_err(|e| format!("building a paged case: {e}"))?;
+                for c in [&case, &other, &case] {
+                    if !run_and_check(dev, c, Method::Auto)? {
+                        return Err(format!("Auto refused a paged cache case:\n{c}"));
+                    }
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// The block table a paged case was built with.
+fn table_of<T: Element>(case: &Case<T>) -> flashattn::BlockTable {
+    case.opts.block_table.clone().unwrap_or_default()
 }
 
 /// `Device::append_kv` against `cpu::append_kv` on the same data, bit for bit (a copy): f16, bf16
@@ -936,7 +956,7 @@ fn append_kv_of<T: Element>(dev: &Device) -> Result<(), String> {
                 order.truncate(b * ppe);
                 (
                     Layout::bshd(b * ppe + 2, page, hk, d),
-                    Some(BlockTable { page_size: page, pages_per_entry: ppe, pages: order }),
+                    Some(BlockTable { page_size: page, pages_per_entry: ppe, pages: order.into() }),
                 )
             } else {
                 (Layout::bshd(b, cap, hk, d), None)

@@ -221,6 +221,14 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
                 *b = page as u64 * strides[0] + h as u64 * strides[2] + 8 * c as u64;
             }
         }
+        // The next tile's page indices (the sequence's next rows, read by the next call's loads
+        // one iteration later) brought into L1 now: otherwise each tile's copies wait behind an
+        // L2 round trip for indices that small pages put on a new line every tile or two.
+        let next = row0 + ROWS as u32;
+        if next < len {
+            // SAFETY: slot `next >> page_shift` exists (`next < len`, as above).
+            unsafe { global::prefetch_l1(pages + 4 * (next >> page_shift) as u64) };
+        }
         let in_page = (1u32 << page_shift) - 1;
         for k in 0..ROWS / rows_per_pass {
             let r = r0 + (k * rows_per_pass) as u32;

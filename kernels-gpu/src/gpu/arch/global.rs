@@ -129,6 +129,18 @@ pub unsafe fn load_u32(addr: u64) -> u32 {
     x
 }
 
+/// `prefetch.global.L1`: asks for the line holding `addr` to be brought into L1 ahead of a
+/// load that needs it (a paged cache's next page indices). A hint: nothing is read into
+/// registers and nothing waits for it.
+///
+/// # Safety
+/// `addr` must be a valid global address.
+#[inline(always)]
+pub unsafe fn prefetch_l1(addr: u64) {
+    // SAFETY: caller's contract; a prefetch reads nothing into the program.
+    unsafe { asm!("prefetch.global.L1 [{a}];", a = in(reg64) addr) };
+}
+
 /// Writes an f32 (log-sum-exp rows).
 ///
 /// # Safety
