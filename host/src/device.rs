@@ -72,6 +72,9 @@ pub(crate) struct LaunchShape {
     pub shared_bytes: u32,
 }
 
+/// A paged cache's table (its pages, held so that their address stays theirs) and its device copy.
+type KeptPageTable = (Arc<[u32]>, DeviceBuffer<u32>);
+
 /// One CUDA device, the library's kernels (loaded on first use) and one stream on which all its
 /// work runs.
 ///
@@ -90,7 +93,7 @@ pub struct Device {
     /// The last paged cache's table a call on the device's own stream used, with its device
     /// copy: a decode loop that passes the same table (the same `Arc` of pages) again copies
     /// nothing.
-    page_table: Mutex<Option<(Arc<[u32]>, DeviceBuffer<u32>)>>,
+    page_table: Mutex<Option<KeptPageTable>>,
     module: OnceLock<Module>,
     target: Target,
     stream: Arc<CudaStream>,
