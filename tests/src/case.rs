@@ -373,9 +373,7 @@ impl<T: Element> Case<T> {
         let [lq, lk, lv, lo] = layouts;
         let o_len = lo.required_len().ok_or(InvalidInput::LayoutOverflow { tensor: "o" })?;
         let problem = Problem::new(lq, lk, lv, lo, [q.len(), k.len(), v.len(), o_len], &opts)?;
-        let reference =
-            oracle::attention_f64(&problem, &oracle::widen(&q), &oracle::widen(&k), &oracle::widen(&v));
-        let baseline = oracle::baseline(&problem, &q, &k, &v);
+        let (reference, baseline) = oracle::references(&problem, &q, &k, &v);
         Ok(Case { problem, opts, values, q, k, v, reference, baseline })
     }
 

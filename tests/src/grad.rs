@@ -41,17 +41,9 @@ pub struct Gradients {
 /// `.v` and `.o`. The forward quantities (`lse`, `o`) are recomputed here in f64, not taken from
 /// an implementation.
 pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64], d_o: &[f64]) -> Gradients {
-    let len = |l: &flashattn::Layout| l.required_len().expect("a validated layout does not overflow");
     let d = problem.head_dim();
     let scale = f64::from(problem.scale());
-    let mut g = Gradients {
-        dq: vec![0.0; len(problem.q())],
-        dk: vec![0.0; len(problem.k())],
-        dv: vec![0.0; len(problem.v())],
-    };
-    let mut keys: Vec<(usize, f64)> = Vec::new();
-    let mut derivs: Vec<f64> = Vec::new();
-    for_each_row(problem, |c, _| {
+    let (dq, dk, dv) = accumulate_by_kv_group::<f64>(problem, |c, g| {
         let seq = problem.sequence(c.seq);
         let kh = c.h / problem.group_size();
         let qo = problem.q().offset(c.b, c.s, c.h);
@@ -60,8 +52,7 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
         let k_at = |j: usize| problem.kv_offset(false, c.b, seq.k_start + j, kh);
         let v_at = |j: usize| problem.kv_offset(true, c.b, seq.k_start + j, kh);
         // Scaled scores of the visible keys, then the row's log-sum-exp.
-        keys.clear();
-        derivs.clear();
+        let (mut keys, mut derivs): (Vec<(usize, f64)>, Vec<f64>) = (Vec::new(), Vec::new());
         for j in (0..seq.len_k).filter(|&j| problem.visible(c.t, j, seq.len_q, seq.len_k)) {
             let ko = k_at(j);
             let s: f64 = q_row.iter().zip(&k[ko..ko + d]).map(|(a, b)| a * b).sum();
@@ -91,13 +82,106 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
             // dS with respect to the scaled score (the softcap's derivative; 1 without one).
             let ds = p * (dp - big_d) * deriv;
             for x in 0..d {
-                g.dv[vo + x] += p * do_row[x];
-                g.dq[qo + x] += scale * ds * k[ko + x];
-                g.dk[ko + x] += scale * ds * q_row[x];
+                g.dv[j * d + x] += p * do_row[x];
+                g.dq[x] += scale * ds * k[ko + x];
+                g.dk[j * d + x] += scale * ds * q_row[x];
             }
         }
     });
-    g
+    Gradients { dq, dk, dv }
+}
+
+/// One query row's share of the gradients while [`accumulate_by_kv_group`] walks its group: the
+/// row's dQ (`d` values) and its group's dK and dV rows, indexed by key (`j·d + x`, the
+/// sequence's keys of the group's key/value head).
+struct RowGrads<'a, A> {
+    dq: &'a mut [A],
+    dk: &'a mut [A],
+    dv: &'a mut [A],
+}
+
+/// Runs `row(c, grads)` for every query row of `problem`, the rows grouped by (sequence,
+/// key/value head) — the rows whose dK and dV land on the same keys — and the groups spread over
+/// the machine's cores. Each group accumulates into buffers of its own, in `for_each_row`'s
+/// order, which are then added into the gradients (zeros, laid out as the inputs) group by group
+/// in that order: every element gets the same sums in the same order as one sequential walk,
+/// except elements that several groups share (broadcast strides), which get one group's sum at a
+/// time.
+fn accumulate_by_kv_group<A>(
+    problem: &Problem,
+    row: impl Fn(&crate::case::Coord, RowGrads<'_, A>) + Sync,
+) -> (Vec<A>, Vec<A>, Vec<A>)
+where
+    A: Copy + Default + Send + std::ops::AddAssign,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let len = |l: &flashattn::Layout| l.required_len().expect("a validated layout does not overflow");
+    let d = problem.head_dim();
+    let mut groups: Vec<Vec<crate::case::Coord>> = Vec::new();
+    let mut last = None;
+    for_each_row(problem, |c, _| {
+        let key = (c.seq, c.h / problem.group_size());
+        if last != Some(key) {
+            groups.push(Vec::new());
+            last = Some(key);
+        }
+        if let Some(g) = groups.last_mut() {
+            g.push(c);
+        }
+    });
+    // Per group: dQ of its rows (`rows·d`), dK and dV of its keys (`len_k·d`).
+    type Sums<A> = (Vec<A>, Vec<A>, Vec<A>);
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, 32);
+    let mut done: Vec<(usize, Sums<A>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(groups.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(rows) = groups.get(i) else { break };
+                        let keys = problem.sequence(rows[0].seq).len_k;
+                        let mut dq = vec![A::default(); rows.len() * d];
+                        let (mut dk, mut dv) = (vec![A::default(); keys * d], vec![A::default(); keys * d]);
+                        for (r, c) in rows.iter().enumerate() {
+                            row(c, RowGrads { dq: &mut dq[r * d..(r + 1) * d], dk: &mut dk, dv: &mut dv });
+                        }
+                        mine.push((i, (dq, dk, dv)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a gradient worker panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let (mut dq, mut dk, mut dv) = (
+        vec![A::default(); len(problem.q())],
+        vec![A::default(); len(problem.k())],
+        vec![A::default(); len(problem.v())],
+    );
+    for (i, (gq, gk, gv)) in done {
+        let rows = &groups[i];
+        for (r, c) in rows.iter().enumerate() {
+            let qo = problem.q().offset(c.b, c.s, c.h);
+            for x in 0..d {
+                dq[qo + x] += gq[r * d + x];
+            }
+        }
+        let c = rows[0];
+        let seq = problem.sequence(c.seq);
+        let kh = c.h / problem.group_size();
+        for j in 0..seq.len_k {
+            let ko = problem.kv_offset(false, c.b, seq.k_start + j, kh);
+            let vo = problem.kv_offset(true, c.b, seq.k_start + j, kh);
+            for x in 0..d {
+                dk[ko + x] += gk[j * d + x];
+                dv[vo + x] += gv[j * d + x];
+            }
+        }
+    }
+    (dq, dk, dv)
 }
 
 /// Standard attention's backward in the input precision `T`, the yardstick of the gradient
@@ -113,15 +197,12 @@ pub fn attention_backward_f64(problem: &Problem, q: &[f64], k: &[f64], v: &[f64]
 /// than PyTorch's, which the tensor-core backward missed by up to 2.2× on 1 in 1000 adversarial
 /// cases because it must round `dS` to `T` for the matrix products; see `kernels-gpu/NOTES.md`.)
 pub fn baseline_backward<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T], d_o: &[T]) -> Gradients {
-    let len = |l: &flashattn::Layout| l.required_len().expect("a validated layout does not overflow");
     let d = problem.head_dim();
     let scale = problem.scale();
     let round = |x: f32| T::from_f32(x).to_f32();
     let row = |buf: &[T], o: usize| -> Vec<f32> { buf[o..o + d].iter().map(|x| x.to_f32()).collect() };
     let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0.0f32, |s, (x, y)| s + x * y);
-    let (mut dq, mut dk, mut dv) =
-        (vec![0.0f32; len(problem.q())], vec![0.0f32; len(problem.k())], vec![0.0f32; len(problem.v())]);
-    for_each_row(problem, |c, _| {
+    let (dq, dk, dv) = accumulate_by_kv_group::<f32>(problem, |c, g| {
         let seq = problem.sequence(c.seq);
         let kh = c.h / problem.group_size();
         let qo = problem.q().offset(c.b, c.s, c.h);
@@ -153,11 +234,11 @@ pub fn baseline_backward<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T
         let big_d: f32 = probs.iter().zip(&dps).map(|(p, dp)| p * dp).sum();
         for (((&j, &pr), &dp), &s) in visible.iter().zip(&probs).zip(&dps).zip(&raw) {
             let ds = round(round(pr * (dp - big_d)) * sm.slope_of(s));
-            let (ko, vo) = (k_at(j), v_at(j));
+            let ko = k_at(j);
             for x in 0..d {
-                dv[vo + x] += pr * do_row[x];
-                dq[qo + x] += scale * ds * k[ko + x].to_f32();
-                dk[ko + x] += scale * ds * q_row[x];
+                g.dv[j * d + x] += pr * do_row[x];
+                g.dq[x] += scale * ds * k[ko + x].to_f32();
+                g.dk[j * d + x] += scale * ds * q_row[x];
             }
         }
     });

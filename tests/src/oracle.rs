@@ -409,6 +409,37 @@ pub fn reference_rows<T: Element>(
     r
 }
 
+/// [`attention_f64`] and [`baseline`] of the whole problem at once, their rows spread over the
+/// machine's cores ([`reference_rows`]'s row computations, so bit-identical to the two
+/// sequential functions): what a test case needs, in a fraction of the time on a many-core
+/// machine (the GPU suite spends most of its time here).
+pub fn references<T: Element>(problem: &Problem, q: &[T], k: &[T], v: &[T]) -> (Reference, Vec<T>) {
+    let d = problem.q().head_dim;
+    let (mut coords, mut lse_rows) = (Vec::new(), Vec::new());
+    for_each_row(problem, |c, row| {
+        coords.push(c);
+        lse_rows.push(row);
+    });
+    let rows = reference_rows(problem, q, k, v, &coords);
+    let out_len = problem.o().required_len().expect("a validated layout does not overflow");
+    let mut reference = Reference {
+        out: vec![0.0f64; out_len],
+        lse: vec![f64::NEG_INFINITY; problem.lse_len()],
+        row_magnitude: vec![0.0f64; problem.lse_len()],
+        row_keys: vec![0usize; problem.lse_len()],
+    };
+    let mut baseline = vec![T::from_f32(0.0); out_len];
+    for (i, (c, &row)) in coords.iter().zip(&lse_rows).enumerate() {
+        let oo = problem.o().offset(c.b, c.s, c.h);
+        reference.out[oo..oo + d].copy_from_slice(&rows.out[i * d..(i + 1) * d]);
+        baseline[oo..oo + d].copy_from_slice(&rows.baseline[i * d..(i + 1) * d]);
+        reference.lse[row] = rows.lse[i];
+        reference.row_magnitude[row] = rows.row_magnitude[i];
+        reference.row_keys[row] = rows.row_keys[i];
+    }
+    (reference, baseline)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +554,16 @@ mod tests {
                 (case.reference.lse[row], case.reference.row_magnitude[row], case.reference.row_keys[row])
             );
         }
+    }
+
+    #[test]
+    fn parallel_references_equal_the_sequential_ones() {
+        // (Cases build theirs with `references`; the two sequential functions are the definition.)
+        let case = ragged_case();
+        let p = &case.problem;
+        let (r, b) = references(p, &case.q, &case.k, &case.v);
+        assert_eq!(r, attention_f64(p, &widen(&case.q), &widen(&case.k), &widen(&case.v)));
+        assert_eq!(b, baseline(p, &case.q, &case.k, &case.v));
     }
 
     #[test]
