@@ -143,6 +143,7 @@ pub unsafe fn apply<const MI: usize, const NT: usize>(
 ///
 /// # Safety
 /// As [`HeadMod::of`].
+#[cfg(target_feature = "sm_90a")]
 #[inline(always)]
 pub unsafe fn apply_flat<const SN: usize>(
     p: &AttnParams,
@@ -167,6 +168,7 @@ pub unsafe fn apply_flat<const SN: usize>(
 }
 
 /// [`logits`] on the flat layout of [`apply_flat`].
+#[cfg(target_feature = "sm_90a")]
 #[inline(always)]
 fn logits_flat<const M: u32, const SN: usize>(hm: &HeadMod, s: &mut [f32; SN], row: u32, key0: u32, t4: u32) {
     let key = (key0 + 2 * t4) as f32;
