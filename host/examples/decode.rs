@@ -14,49 +14,60 @@
 use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Problem, Tiles, bf16};
 use rand::Rng;
 
-/// Median milliseconds of `reps` timed calls after 3 warm-up calls, rotating the K/V sets.
-fn time(
-    dev: &Device,
-    sets: &[(flashattn::DeviceBuffer<bf16>, flashattn::DeviceBuffer<bf16>)],
-    q: &flashattn::DeviceBuffer<bf16>,
-    out: &mut flashattn::DeviceBuffer<bf16>,
-    (lq, lk): (Layout, Layout),
-    opts: &AttentionOptions,
-    reps: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let times = GpuTimer::time_calls(dev, 3, reps, |rep| {
-        let (k, v) = &sets[rep % sets.len()];
-        dev.attention(q.view(lq), k.view(lk), v.view(lk), out.view_mut(lq), None, opts).map(|_| ())
-    })?;
-    Ok(times[times.len() / 2] as f64)
+/// The buffers one decode shape is timed with: rotated K/V sets, the queries and the output.
+struct Bench<'a> {
+    dev: &'a Device,
+    sets: &'a [(flashattn::DeviceBuffer<bf16>, flashattn::DeviceBuffer<bf16>)],
+    q: &'a flashattn::DeviceBuffer<bf16>,
+    out: flashattn::DeviceBuffer<bf16>,
 }
 
-/// Milliseconds per call over `reps` calls queued back to back between one pair of events (the
-/// host's work for a call overlaps the GPU's for the one before; single calls above measure
-/// the latency of one call, the host's share included).
-fn time_back_to_back(
-    dev: &Device,
-    sets: &[(flashattn::DeviceBuffer<bf16>, flashattn::DeviceBuffer<bf16>)],
-    q: &flashattn::DeviceBuffer<bf16>,
-    out: &mut flashattn::DeviceBuffer<bf16>,
-    (lq, lk): (Layout, Layout),
-    opts: &AttentionOptions,
-    reps: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let mut call = |rep: usize| {
-        let (k, v) = &sets[rep % sets.len()];
-        dev.attention(q.view(lq), k.view(lk), v.view(lk), out.view_mut(lq), None, opts).map(|_| ())
-    };
-    for rep in 0..3 {
-        call(rep)?;
+impl Bench<'_> {
+    /// Call `rep`: the queries against K/V set `rep % sets`.
+    fn call(
+        &mut self,
+        rep: usize,
+        (lq, lk): (Layout, Layout),
+        opts: &AttentionOptions,
+    ) -> flashattn::Result<()> {
+        let (k, v) = &self.sets[rep % self.sets.len()];
+        self.dev
+            .attention(self.q.view(lq), k.view(lk), v.view(lk), self.out.view_mut(lq), None, opts)
+            .map(|_| ())
     }
-    let timer = GpuTimer::new(dev)?;
-    timer.start(dev)?;
-    for rep in 0..reps {
-        call(rep)?;
+
+    /// Median milliseconds of `reps` timed calls after 3 warm-up calls (each call timed alone:
+    /// its latency, the host's share included).
+    fn time(
+        &mut self,
+        layouts: (Layout, Layout),
+        opts: &AttentionOptions,
+        reps: usize,
+    ) -> flashattn::Result<f64> {
+        let dev = self.dev;
+        let times = GpuTimer::time_calls(dev, 3, reps, |rep| self.call(rep, layouts, opts))?;
+        Ok(times[times.len() / 2] as f64)
     }
-    timer.stop(dev)?;
-    Ok(timer.elapsed_ms()? as f64 / reps as f64)
+
+    /// Milliseconds per call over `reps` calls queued back to back between one pair of events
+    /// (the host's work for a call overlaps the GPU's for the one before).
+    fn back_to_back(
+        &mut self,
+        layouts: (Layout, Layout),
+        opts: &AttentionOptions,
+        reps: usize,
+    ) -> flashattn::Result<f64> {
+        for rep in 0..3 {
+            self.call(rep, layouts, opts)?;
+        }
+        let timer = GpuTimer::new(self.dev)?;
+        timer.start(self.dev)?;
+        for rep in 0..reps {
+            self.call(rep, layouts, opts)?;
+        }
+        timer.stop(self.dev)?;
+        Ok(timer.elapsed_ms()? as f64 / reps as f64)
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -88,13 +99,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map(|s| Ok((make(lk_len, 7919 * s)?, make(lk_len, 7919 * s + 104_729)?)))
                 .collect::<Result<Vec<_>, flashattn::Error>>()?;
             let q = make(lq.required_len().unwrap_or(0), 31)?;
-            let mut out = dev.alloc::<bf16>(lq.required_len().unwrap_or(0))?;
+            let out = dev.alloc::<bf16>(lq.required_len().unwrap_or(0))?;
+            let mut bench = Bench { dev: &dev, sets: &sets, q: &q, out };
             let reps = if kv_bytes > 1 << 30 { 10 } else { 30 };
             let base = AttentionOptions::default();
-            let problem = Problem::new(lq, lk, lk, lq, [q.len(), lk_len, lk_len, out.len()], &base)?;
+            let problem = Problem::new(lq, lk, lk, lq, [q.len(), lk_len, lk_len, bench.out.len()], &base)?;
             let plan = dev.plan::<bf16>(&problem, &base)?;
             let tbs = |ms: f64| kv_bytes as f64 / (ms * 1e-3) / 1e12;
-            let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &base, reps)?;
+            let ms = bench.time((lq, lk), &base, reps)?;
             let mut line = format!(
                 "B {b:>2} Nk {nk:>6} | plan splits {:>3} {:.3} ms {:.2} TB/s |",
                 plan.splits,
@@ -105,16 +117,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // The same keys as a cache each entry uses entirely; then the first half of
                 // caches of the same capacity, against contiguous caches of that half.
                 let full = AttentionOptions { cache_seqlens: Some(vec![nk as u32; b]), ..base.clone() };
-                let ms_full = time(&dev, &sets, &q, &mut out, (lq, lk), &full, reps)?;
+                let ms_full = bench.time((lq, lk), &full, reps)?;
                 let half = AttentionOptions { cache_seqlens: Some(vec![nk as u32 / 2; b]), ..base.clone() };
-                let ms_half = time(&dev, &sets, &q, &mut out, (lq, lk), &half, reps)?;
+                let ms_half = bench.time((lq, lk), &half, reps)?;
                 let lk_half = Layout { seqlen: nk / 2, ..lk };
-                let ms_contig_half = time(&dev, &sets, &q, &mut out, (lq, lk_half), &base, reps)?;
+                let ms_contig_half = bench.time((lq, lk_half), &base, reps)?;
                 let tbs_half = |ms: f64| tbs(ms) / 2.0;
                 // The same memory as pools of 16-, 64- and 256-token pages, the pages of each entry
                 // scattered over the whole pool (a shuffled table).
                 let mut paged = String::new();
-                let b2b = time_back_to_back(&dev, &sets, &q, &mut out, (lq, lk), &base, reps)?;
+                let b2b = bench.back_to_back((lq, lk), &base, reps)?;
                 // Pages of 16 in order too (the table names the contiguous cache's own memory):
                 // against the shuffled table it separates the page-index loads' cost from that
                 // of scattered 32 KiB fragments.
@@ -132,8 +144,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     };
                     let opts = AttentionOptions { block_table: Some(table), ..base.clone() };
                     let pool = Layout::bshd(pages, page, hk, d);
-                    let ms_paged = time(&dev, &sets, &q, &mut out, (lq, pool), &opts, reps)?;
-                    let b2b_paged = time_back_to_back(&dev, &sets, &q, &mut out, (lq, pool), &opts, reps)?;
+                    let ms_paged = bench.time((lq, pool), &opts, reps)?;
+                    let b2b_paged = bench.back_to_back((lq, pool), &opts, reps)?;
                     paged += &format!(
                         " | paged {page}{} {:.3} ms {:.2} TB/s ({:+.1}%; back to back {:+.1}%)",
                         if shuffled { "" } else { " in order" },
@@ -162,13 +174,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     break;
                 }
                 let opts = AttentionOptions { splits: Some(splits), ..base.clone() };
-                let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &opts, reps)?;
+                let ms = bench.time((lq, lk), &opts, reps)?;
                 line += &format!(" s{splits} {:.2}", tbs(ms));
             }
             let four_warps =
                 AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(64) }, ..base.clone() };
             let p4 = dev.plan::<bf16>(&problem, &four_warps)?;
-            let ms = time(&dev, &sets, &q, &mut out, (lq, lk), &four_warps, reps)?;
+            let ms = bench.time((lq, lk), &four_warps, reps)?;
             line += &format!(" | m64 (splits {}) {:.2}", p4.splits, tbs(ms));
             println!("{line}");
         }
