@@ -356,7 +356,8 @@ pub const AUTO_RULES: [AutoRule; 4] = [
     AutoRule {
         method: Method::FlashHopper,
         when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 256 \
-               (16-byte rows), a fixed-length batch, no window, at least 128 query rows per sequence",
+               (16-byte rows), a fixed-length batch, at least 128 query rows per sequence (windows, softcap and \
+               ALiBi on its masked instances)",
         evidence: "bf16 headline 1.05–1.65× the mma.sync kernel in 19 of 20 rows (d64 causal N = 1024: 0.99×) \
                    and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head-dims sweep \
                    (N = 4096, f16 and bf16, causal and not): d = 40–256 1.12–1.69× the mma.sync kernel and \
