@@ -361,6 +361,8 @@ struct Artifact {
     name: String,
     path: String,
     is_test: bool,
+    /// Whether its target is an example (`target.kind` holds "example").
+    is_example: bool,
 }
 
 fn build_artifacts() -> Result<Vec<Artifact>> {
@@ -400,7 +402,10 @@ fn artifacts_of(mut cmd: std::process::Command, what: &str) -> Result<Vec<Artifa
         let Some(path) = msg["executable"].as_str() else { continue };
         let is_test = msg["profile"]["test"].as_bool().unwrap_or(false);
         let name = msg["target"]["name"].as_str().unwrap_or_default().to_string();
-        found.push(Artifact { name, path: path.to_string(), is_test });
+        let is_example = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k.as_str() == Some("example")));
+        found.push(Artifact { name, path: path.to_string(), is_test, is_example });
     }
     Ok(found)
 }
@@ -427,14 +432,18 @@ pub fn bundle(out: &Path, candle: CandleCuda) -> Result<()> {
     // Decided before the (long) build, so that a refused --out fails at once, and again after it.
     let (out, _) = plan_out(out, &root())?;
     let artifacts = build_artifacts()?;
-    let bin_build = cargo()
-        .current_dir(root())
-        .args(["build", "--release", "--workspace", "--bins", "--examples"])
-        .status()
-        .map_err(|e| e.to_string())?;
-    if !bin_build.success() {
-        return Err("release build of the binaries failed".into());
-    }
+    // The binaries' paths as cargo reports them (its target directory may be anywhere:
+    // `CARGO_TARGET_DIR`, `build.target-dir`), not guessed under the repository.
+    let mut bin_build = cargo();
+    bin_build.args([
+        "build",
+        "--release",
+        "--workspace",
+        "--bins",
+        "--examples",
+        "--message-format=json-render-diagnostics",
+    ]);
+    let binaries = artifacts_of(bin_build, "release build of the binaries")?;
     // After the workspace build, which writes a CPU-only target/release/examples/compare.
     let candle_artifacts = if candle == CandleCuda::No { Vec::new() } else { build_candle_cuda()? };
     // The wheel and pytest's wheels; without them the bundle is still made, and says so.
@@ -454,14 +463,18 @@ pub fn bundle(out: &Path, candle: CandleCuda) -> Result<()> {
         std::fs::copy(&a.path, &dest).map_err(|e| format!("copying {}: {e}", a.path))?;
         listed.push(format!("tests/{}", a.name));
     }
-    let release = root().join("target/release");
     for &bin in BINARIES {
-        let src = release.join(bin);
-        if src.is_file() {
-            let name = Path::new(bin).file_name().unwrap_or_default();
-            std::fs::copy(&src, out.join("bin").join(name)).map_err(|e| e.to_string())?;
-            listed.push(format!("bin/{}", name.to_string_lossy()));
-        }
+        let (example, name) = match bin.strip_prefix("examples/") {
+            Some(name) => (true, name),
+            None => (false, bin),
+        };
+        let built = binaries.iter().find(|a| a.name == name && a.is_example == example && !a.is_test);
+        let Some(built) = built else {
+            return Err(format!("the release build did not report `{bin}`, which the bundle carries"));
+        };
+        std::fs::copy(&built.path, out.join("bin").join(name))
+            .map_err(|e| format!("copying {}: {e}", built.path))?;
+        listed.push(format!("bin/{name}"));
     }
     // The PyTorch peers script of `bench run --peers`, found next to the bench executable.
     let peers = root().join("benches/peers.py");
