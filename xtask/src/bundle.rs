@@ -677,7 +677,12 @@ mod tests {
         let artifact = |name: &str, is_test: bool| {
             let path = built.join(format!("{name}-{is_test}"));
             std::fs::write(&path, format!("{name} {is_test}")).unwrap();
-            Artifact { name: name.into(), path: path.to_string_lossy().into_owned(), is_test }
+            Artifact {
+                name: name.into(),
+                path: path.to_string_lossy().into_owned(),
+                is_test,
+                is_example: !is_test,
+            }
         };
         // The lib's own unit tests and a CPU build of the example are not what it picks.
         let artifacts = [
