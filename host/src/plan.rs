@@ -1002,11 +1002,9 @@ fn plan_simt(
 ) -> Result<Plan, InvalidInput> {
     let method = Method::Flash;
     let tiles = opts.tiles;
-    if !problem.window().is_none() {
-        return Err(unsupported(method, Reason::Window));
-    }
-    if problem.has_score_mod() {
-        return Err(unsupported(method, Reason::ScoreMod));
+    // No masked instances here: windows and score modifiers are refused, typed.
+    if let Some((reason, _)) = masked_features(problem) {
+        return Err(unsupported(method, reason));
     }
     if problem.block_table().is_some() {
         // Paged caches are read by the tensor-core kernel's decode instances only.
@@ -1074,11 +1072,9 @@ pub(crate) fn standard_matrix_elems(problem: &Problem) -> Option<u64> {
 fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Result<Plan, InvalidInput> {
     let method = Method::Standard;
     let tiles = opts.tiles;
-    if !problem.window().is_none() {
-        return Err(unsupported(method, Reason::Window));
-    }
-    if problem.has_score_mod() {
-        return Err(unsupported(method, Reason::ScoreMod));
+    // No masked instances here: windows and score modifiers are refused, typed.
+    if let Some((reason, _)) = masked_features(problem) {
+        return Err(unsupported(method, reason));
     }
     if problem.cache_seqlens().is_some() || problem.block_table().is_some() {
         return Err(unsupported(method, Reason::KvCache));

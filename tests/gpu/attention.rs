@@ -166,6 +166,38 @@ pub fn seeded_runner(salt: u64) -> TestRunner {
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
 
+/// A random test: specs drawn from `specs` (with a pick in 0..6 and an input seed) by a runner
+/// seeded from [`run_seed`] and `salt`; `fit` moves each spec into what the path under test runs
+/// (`false`: skip it), `run` runs its case and checks it, saying whether the path ran it. A
+/// failure names `what` and the seed that replays the run; with `none_ran`, a run in which no
+/// case ran is that error.
+pub fn run_random<T: Element>(
+    salt: u64,
+    specs: impl proptest::strategy::Strategy<Value = Spec>,
+    what: &str,
+    none_ran: Option<&str>,
+    fit: impl Fn(&mut Spec, usize) -> bool,
+    run: impl Fn(&Case<T>, u64) -> Result<bool, String>,
+) -> Result<(), String> {
+    let strategy = (specs, 0..6usize, proptest::num::u64::ANY);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let result = seeded_runner(salt).run(&strategy, |(mut spec, pick, input_seed)| {
+        if !fit(&mut spec, pick) {
+            return Ok(());
+        }
+        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
+        if run(&case, input_seed).map_err(TestCaseError::fail)? {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    result.map_err(|e| format!("{} {what}: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
+    match none_ran {
+        Some(why) if ran.into_inner() == 0 => Err(why.into()),
+        _ => Ok(()),
+    }
+}
+
 /// An input generator for fixed-shape tests, seeded from [`run_seed`] and a counter (so that a
 /// run replays with `FLASHATTN_GPU_SEED`).
 pub fn case_rng() -> StdRng {
@@ -201,25 +233,41 @@ fn random<T: Element, const M: usize>(dev: &Device) -> Result<(), String> {
         return Ok(());
     }
     let budget = if method == Method::FlashTensorCore { DEFAULT_MAX_WORK / 4 } else { DEFAULT_MAX_WORK };
-    let strategy = (spec_with(budget), 0..6usize, proptest::num::u64::ANY);
-    let mut runner = seeded_runner(M as u64 * 3 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
-        spec.tiles = gpu_tiles(spec.tiles, method, spec.head_dim);
-        if method == Method::FlashTensorCore {
-            for_tensor_cores(&mut spec, pick, true);
+    let tensor_cores = method == Method::FlashTensorCore;
+    run_random::<T>(
+        M as u64 * 3 + T::DTYPE as u64,
+        spec_with(budget),
+        &method.to_string(),
+        tensor_cores.then_some("the tensor-core kernel ran none of the cases"),
+        |spec, pick| {
+            spec.tiles = gpu_tiles(spec.tiles, method, spec.head_dim);
+            if tensor_cores {
+                for_tensor_cores(spec, pick, true);
+            }
+            true
+        },
+        |case, _| run_and_check(dev, case, method),
+    )
+}
+
+/// Checks that the tensor-core method refuses `spec`'s problem with `reason` (typed, before
+/// anything runs); `what` names the case in the error.
+fn refused_on_tensor_cores<T: Element>(
+    dev: &Device,
+    spec: &Spec,
+    reason: flashattn::Reason,
+    what: &str,
+) -> Result<(), String> {
+    let case = Case::<T>::random(&mut case_rng(), spec);
+    let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
+    match dev.plan::<T>(&case.problem, &opts) {
+        Err(flashattn::Error::InvalidInput(flashattn::InvalidInput::Unsupported { reason: r, .. }))
+            if r == reason =>
+        {
+            Ok(())
         }
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_and_check(dev, &case, method).map_err(TestCaseError::fail)? {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| format!("{} {method}: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
-    if method == Method::FlashTensorCore && ran.into_inner() == 0 {
-        return Err("the tensor-core kernel ran none of the cases".into());
+        other => Err(format!("{what}: expected Reason::{reason:?}, got {other:?}")),
     }
-    Ok(())
 }
 
 pub fn spec(
@@ -602,18 +650,7 @@ fn sliding_windows<T: Element>(dev: &Device) -> Result<(), String> {
     // Rows that are not 16-byte aligned have no window instance: a typed refusal, nothing run.
     let mut odd = spec(batch(1, 100, 100), 2, 1, 59, true, Padded);
     odd.window = w(Some(16), None);
-    let case = Case::<T>::random(&mut case_rng(), &odd);
-    match dev
-        .plan::<T>(&case.problem, &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() })
-    {
-        Err(flashattn::Error::InvalidInput(flashattn::InvalidInput::Unsupported {
-            reason: flashattn::Reason::Window,
-            ..
-        })) => {}
-        other => {
-            return Err(format!("a window on element-wise rows: expected Reason::Window, got {other:?}"));
-        }
-    }
+    refused_on_tensor_cores::<T>(dev, &odd, flashattn::Reason::Window, "a window on element-wise rows")?;
     for mut s in specs {
         let decode = matches!(s.sequences, Sequences::Batch { seqlen_q: 1, .. });
         let splits: &[Option<usize>] =
@@ -693,18 +730,7 @@ fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
     }
     let mut odd = spec(batch(1, 100, 100), 2, 1, 59, true, Padded);
     odd.softcap = Some(30.0);
-    let case = Case::<T>::random(&mut case_rng(), &odd);
-    match dev
-        .plan::<T>(&case.problem, &AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() })
-    {
-        Err(flashattn::Error::InvalidInput(flashattn::InvalidInput::Unsupported {
-            reason: flashattn::Reason::ScoreMod,
-            ..
-        })) => {}
-        other => {
-            return Err(format!("a softcap on element-wise rows: expected Reason::ScoreMod, got {other:?}"));
-        }
-    }
+    refused_on_tensor_cores::<T>(dev, &odd, flashattn::Reason::ScoreMod, "a softcap on element-wise rows")?;
     for mut s in specs {
         let decode = matches!(s.sequences, Sequences::Batch { seqlen_q: 1, .. });
         let splits: &[Option<usize>] = if decode { &[None, Some(5)] } else { &[None] };
@@ -734,25 +760,18 @@ fn score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
 /// slopes, both) through the tensor-core kernel, on the head dims and 16-byte rows its masked
 /// instances run.
 fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
-    let strategy = (spec_with_score_mods(), 0..6usize, proptest::num::u64::ANY);
-    let mut runner = seeded_runner(200 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
-        spec.tiles = Default::default();
-        for_tensor_cores(&mut spec, pick, false);
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_and_check(dev, &case, Method::FlashTensorCore).map_err(TestCaseError::fail)? {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| {
-        format!("{} score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed())
-    })?;
-    if ran.into_inner() == 0 {
-        return Err("the tensor-core kernel ran none of the cases".into());
-    }
-    Ok(())
+    run_random::<T>(
+        200 + T::DTYPE as u64,
+        spec_with_score_mods(),
+        "score modifiers",
+        Some("the tensor-core kernel ran none of the cases"),
+        |spec, pick| {
+            spec.tiles = Default::default();
+            for_tensor_cores(spec, pick, false);
+            true
+        },
+        |case, _| run_and_check(dev, case, Method::FlashTensorCore),
+    )
 }
 
 /// Decoding with grouped K/V heads: query heads packed per K/V head, for group sizes 1–8 and

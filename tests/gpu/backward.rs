@@ -14,13 +14,12 @@ use flashattn_testkit::grad::{
 use flashattn_testkit::oracle::widen;
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
 use flashattn_testkit::{Case, LayoutKind, Sequences, Spec};
-use proptest::test_runner::TestCaseError;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::GpuTest;
 use crate::attention::{
-    alibi, batch, case_rng, edge_specs, for_tensor_cores, run_seed, seeded_runner, small, spec,
+    alibi, batch, case_rng, edge_specs, for_tensor_cores, run_random, run_seed, small, spec,
 };
 
 pub const TESTS: &[(&str, GpuTest)] = &[
@@ -253,52 +252,40 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
 /// Random cases with score modifiers (softcaps in [0.5, 50), ALiBi slopes, both), made to fit
 /// the tensor cores.
 fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
-    let strategy = (spec_with_score_mods(), 0..6usize, proptest::num::u64::ANY);
-    let mut runner = seeded_runner(300 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
-        spec.tiles = Default::default();
-        spec.splits = None;
-        for_tensor_cores(&mut spec, pick, false);
-        spec.head_dim = spec.head_dim.min(max_head_dim());
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_backward(dev, &case, input_seed ^ 1).map_err(TestCaseError::fail)?.is_some() {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| {
-        format!("{} backward, score modifiers: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed())
-    })?;
-    if ran.into_inner() == 0 {
-        return Err("the backward ran none of the cases".into());
-    }
-    Ok(())
+    run_random::<T>(
+        300 + T::DTYPE as u64,
+        spec_with_score_mods(),
+        "backward, score modifiers",
+        Some("the backward ran none of the cases"),
+        |spec, pick| {
+            spec.tiles = Default::default();
+            spec.splits = None;
+            for_tensor_cores(spec, pick, false);
+            spec.head_dim = spec.head_dim.min(max_head_dim());
+            true
+        },
+        |case, input_seed| Ok(run_backward(dev, case, input_seed ^ 1)?.is_some()),
+    )
 }
 
 /// Random cases (the CPU suite's strategy, made to fit the tensor cores).
 fn random<T: Element>(dev: &Device) -> Result<(), String> {
-    let strategy = (spec_with(DEFAULT_MAX_WORK / 4), 0..6usize, proptest::num::u64::ANY);
-    let mut runner = seeded_runner(100 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, pick, input_seed)| {
-        spec.tiles = Default::default();
-        spec.splits = None;
-        spec.window = Default::default();
-        // (The backward copies 16-byte chunks: no element-wise path.)
-        for_tensor_cores(&mut spec, pick, false);
-        spec.head_dim = spec.head_dim.min(max_head_dim());
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_backward(dev, &case, input_seed ^ 1).map_err(TestCaseError::fail)?.is_some() {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| format!("{} backward: {e}\nreplay: FLASHATTN_GPU_SEED={}", T::DTYPE, run_seed()))?;
-    if ran.into_inner() == 0 {
-        return Err("the backward ran none of the cases".into());
-    }
-    Ok(())
+    run_random::<T>(
+        100 + T::DTYPE as u64,
+        spec_with(DEFAULT_MAX_WORK / 4),
+        "backward",
+        Some("the backward ran none of the cases"),
+        |spec, pick| {
+            spec.tiles = Default::default();
+            spec.splits = None;
+            spec.window = Default::default();
+            // (The backward copies 16-byte chunks: no element-wise path.)
+            for_tensor_cores(spec, pick, false);
+            spec.head_dim = spec.head_dim.min(max_head_dim());
+            true
+        },
+        |case, input_seed| Ok(run_backward(dev, case, input_seed ^ 1)?.is_some()),
+    )
 }
 
 /// What the backward cannot run is a typed error, and nothing is written.

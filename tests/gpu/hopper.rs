@@ -8,12 +8,9 @@ use flashattn::{AttentionOptions, Device, Error, InvalidInput, Method, Reason, b
 use flashattn::{Element, Problem};
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
 use flashattn_testkit::{Case, LayoutKind, Sequences, Values, check};
-use proptest::test_runner::TestCaseError;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 
 use crate::GpuTest;
-use crate::attention::{alibi, batch, case_rng, e2s, edge_specs, run_and_check, seeded_runner, small, spec};
+use crate::attention::{alibi, batch, case_rng, e2s, edge_specs, run_and_check, run_random, small, spec};
 
 pub const TESTS: &[(&str, GpuTest)] = &[
     ("hopper::shapes_f16", shapes::<f16>),
@@ -155,31 +152,30 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
     if !on_hopper(dev)? {
         return Ok(());
     }
-    let strategy = (spec_with_score_mods(), proptest::num::u64::ANY);
-    let mut runner = seeded_runner(60 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, input_seed)| {
-        if let Sequences::VarLen { .. } = spec.sequences {
-            return Ok(());
-        }
-        spec.head_dim = spec.head_dim.div_ceil(8).min(32) * 8;
-        spec.cache_seqlens = None;
-        spec.splits = None;
-        spec.tiles = Default::default();
-        if !matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd) {
-            spec.layout = LayoutKind::Aligned;
-        }
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_and_check(dev, &case, Method::FlashHopper).map_err(TestCaseError::fail)? {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| format!("{} flash-hopper, score modifiers: {e}", T::DTYPE))?;
-    if ran.into_inner() == 0 {
-        return Err("the Hopper kernel ran none of the cases".into());
+    run_random::<T>(
+        60 + T::DTYPE as u64,
+        spec_with_score_mods(),
+        "flash-hopper, score modifiers",
+        Some("the Hopper kernel ran none of the cases"),
+        |spec, _| fit_hopper(spec),
+        |case, _| run_and_check(dev, case, Method::FlashHopper),
+    )
+}
+
+/// Moves a drawn spec into what the Hopper kernel runs (fixed length, head dim a multiple of 8
+/// up to 256, 16-byte rows, no cache, split or tile override); `false` for the specs it cannot.
+fn fit_hopper(spec: &mut flashattn_testkit::Spec) -> bool {
+    if let Sequences::VarLen { .. } = spec.sequences {
+        return false;
     }
-    Ok(())
+    spec.head_dim = spec.head_dim.div_ceil(8).min(32) * 8;
+    spec.cache_seqlens = None;
+    spec.splits = None;
+    spec.tiles = Default::default();
+    if !matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd) {
+        spec.layout = LayoutKind::Aligned;
+    }
+    true
 }
 
 /// The CPU suite's random strategy through the Hopper kernel, each drawn spec moved into what
@@ -189,34 +185,19 @@ fn random<T: Element>(dev: &Device) -> Result<(), String> {
     if !on_hopper(dev)? {
         return Ok(());
     }
-    let strategy = (spec_with(DEFAULT_MAX_WORK / 4), proptest::num::u64::ANY);
-    let mut runner = seeded_runner(40 + T::DTYPE as u64);
-    let ran = std::sync::atomic::AtomicU32::new(0);
-    let result = runner.run(&strategy, |(mut spec, input_seed)| {
-        if let Sequences::VarLen { .. } = spec.sequences {
-            return Ok(());
-        }
-        spec.head_dim = spec.head_dim.div_ceil(8).min(32) * 8;
-        spec.window = flashattn::Window::default();
-        spec.softcap = None;
-        spec.alibi_slopes = None;
-        spec.cache_seqlens = None;
-        spec.splits = None;
-        spec.tiles = Default::default();
-        if !matches!(spec.layout, LayoutKind::Bshd | LayoutKind::Bhsd) {
-            spec.layout = LayoutKind::Aligned;
-        }
-        let case = Case::<T>::random(&mut StdRng::seed_from_u64(input_seed), &spec);
-        if run_and_check(dev, &case, Method::FlashHopper).map_err(TestCaseError::fail)? {
-            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    });
-    result.map_err(|e| format!("{} flash-hopper: {e}", T::DTYPE))?;
-    if ran.into_inner() == 0 {
-        return Err("the Hopper kernel ran none of the cases".into());
-    }
-    Ok(())
+    run_random::<T>(
+        40 + T::DTYPE as u64,
+        spec_with(DEFAULT_MAX_WORK / 4),
+        "flash-hopper",
+        Some("the Hopper kernel ran none of the cases"),
+        |spec, _| {
+            spec.window = flashattn::Window::default();
+            spec.softcap = None;
+            spec.alibi_slopes = None;
+            fit_hopper(spec)
+        },
+        |case, _| run_and_check(dev, case, Method::FlashHopper),
+    )
 }
 
 /// The same device buffers called again and again with new data, alternating between two
