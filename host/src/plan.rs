@@ -356,8 +356,8 @@ pub const AUTO_RULES: [AutoRule; 4] = [
     AutoRule {
         method: Method::FlashHopper,
         when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 256 \
-               (16-byte rows), a fixed-length batch, at least 128 query rows per sequence (windows, softcap and \
-               ALiBi on its masked instances)",
+               (16-byte rows), at least 128 query rows per sequence (the longest, in a variable-length batch; \
+               windows, softcap and ALiBi on its masked instances)",
         evidence: "bf16 headline 1.05–1.65× the mma.sync kernel in 19 of 20 rows (d64 causal N = 1024: 0.99×) \
                    and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head-dims sweep \
                    (N = 4096, f16 and bf16, causal and not): d = 40–256 1.12–1.69× the mma.sync kernel and \
@@ -910,7 +910,8 @@ fn plan_mma(
 }
 
 /// `Method::FlashHopper`: the `wgmma` instance for the head dim (its masked instance with a
-/// sliding window or score modifiers), on sm_90a, for fixed-length batches without split-KV,
+/// sliding window or score modifiers), on sm_90a, for fixed-length and variable-length batches
+/// without split-KV,
 /// with strides TMA can describe (16-byte multiples).
 fn plan_wgmma(
     props: &DeviceProps,
@@ -926,9 +927,6 @@ fn plan_wgmma(
     }
     if dtype == DType::F32 {
         return Err(unsupported(method, Reason::DType { dtype }));
-    }
-    if problem.varlen().is_some() {
-        return no("a variable-length batch (not on the Hopper kernel yet; Method::FlashTensorCore runs it)");
     }
     if problem.cache_seqlens().is_some() {
         return no("per-entry K/V cache lengths (TMA would load the cache's unused rows; \
@@ -990,6 +988,13 @@ fn plan_wgmma(
     ));
     if let Some((_, what)) = masked {
         plan.why.push(format!("masked instance: {what}"));
+    }
+    if problem.varlen().is_some() {
+        plan.why.push(
+            "variable-length batch: one tensor map over the packed tokens; V rows a sequence's last tile \
+             borrows from the next sequence are zeroed before P·V"
+                .into(),
+        );
     }
     Ok(plan)
 }

@@ -488,7 +488,8 @@ impl WgmmaConfig {
 
     /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
     /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
-    /// full and an empty barrier per K and V stage).
+    /// full and an empty barrier per K and V stage, and one for a variable-length batch's last,
+    /// partial V tile, which lands there before the producer zeroes its borrowed rows).
     pub const fn shared_bytes(&self) -> u32 {
         1024 + self.tile_bytes(self.block_m)
             + 2 * self.stages * self.tile_bytes(self.block_n)
@@ -497,7 +498,7 @@ impl WgmmaConfig {
 
     /// Bytes of the barriers.
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (1 + 4 * self.stages)
+        8 * (2 + 4 * self.stages)
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).

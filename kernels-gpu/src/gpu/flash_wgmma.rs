@@ -22,7 +22,10 @@
 //!
 //! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
-//! partial tiles and padded head dims need no predication on the loads.
+//! partial tiles and padded head dims need no predication on the loads. A variable-length
+//! batch is packed (one map over all tokens, each sequence found through `cu_seqlens`): there a
+//! sequence's last K/V tile holds the next sequence's rows, whose scores are masked and whose V
+//! rows the producer warp zeroes before the consumers see the tile ([`zero_borrowed_rows`]).
 
 use super::arch::global;
 use super::arch::mma::{Bf16, F16};
@@ -87,6 +90,11 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     fn v_empty(base: u32, s: u32) -> u32 {
         base + Self::BARS + 8 * (1 + 3 * NS as u32 + s)
     }
+    /// Where a variable-length batch's last, partial V tile lands (see [`zero_borrowed_rows`]).
+    #[inline(always)]
+    fn v_landed(base: u32) -> u32 {
+        base + Self::BARS + 8 * (1 + 4 * NS as u32)
+    }
 }
 
 /// Registers per thread of the producer warpgroup after it releases the rest, and of each
@@ -95,6 +103,50 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
 /// 24·128 + 240·256 = 64512 (32 for the producer deadlocks: the consumers wait forever).
 const PRODUCER_REGISTERS: u32 = 24;
 const CONSUMER_REGISTERS: u32 = 240;
+
+/// Zeroes rows `first..BN` of a variable-length batch's last, partial V tile, by the 32 lanes of
+/// the producer warp, once the tile has landed on [`Smem::v_landed`]; the caller's first lane
+/// then completes the stage's `v_full` barrier, which the consumers wait for as usual.
+///
+/// Why: the tensors of a variable-length batch are packed, and TMA zero-fills only past the
+/// packed tensor's end, so a sequence's last tile holds the next sequence's rows (or spare
+/// tokens). Their scores are masked (probability exactly 0), but `0 · V` of an Inf or NaN there
+/// would be NaN. The tile's panels are contiguous, 128 bytes a row, so the 128-byte swizzle
+/// (which permutes 16-byte chunks inside a row) does not matter. A block has at most one such
+/// tile (its sequence's last), so `v_landed` completes once: phase 0.
+///
+/// # Safety
+/// Called by all 32 lanes of the producer warp, after its first lane issued the tile's loads
+/// onto `v_landed`; `first < BN`.
+#[inline(always)]
+unsafe fn zero_borrowed_rows<
+    const D: usize,
+    const BM: usize,
+    const BN: usize,
+    const NS: usize,
+    const DP: usize,
+>(
+    base: u32,
+    tile: u32,
+    first: u32,
+    lane: u32,
+) {
+    // SAFETY: the caller's first lane issued the loads onto this barrier.
+    unsafe { tma::wait(Smem::<D, BM, BN, NS>::v_landed(base), 0) };
+    // Rows `first..BN` of each panel: 8 chunks of 16 bytes a row, the lanes 32 chunks apart.
+    for panel in 0..DP as u32 {
+        let stop = (panel + 1) * (8 * BN) as u32;
+        let mut chunk = (panel * BN as u32 + first) * 8 + lane;
+        while chunk < stop {
+            // SAFETY: chunk < 8·BN·DP: 16 bytes inside the stage, 16-byte aligned.
+            unsafe { shared::store_u32x4(tile + 16 * chunk, [0; 4]) };
+            chunk += 32;
+        }
+    }
+    // The zeros are ordinary (generic-proxy) writes that `wgmma` reads through the async proxy.
+    tma::fence_proxy_async_shared();
+    shuffle::sync_warp();
+}
 
 /// The key tiles of a query tile (`m0 < len_q`): `[first, end)` of `BN`-key tiles; with a
 /// window (`WIN`), from the tile holding its first row's first key to the one holding its last
@@ -173,6 +225,7 @@ unsafe fn flash_fwd_wgmma<
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
         unsafe {
             tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
+            tma::init(S::<D, BM, BN, NS>::v_landed(base), 1);
             for s in 0..NS as u32 {
                 tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
                 tma::init(S::<D, BM, BN, NS>::v_full(base, s), 1);
@@ -188,50 +241,75 @@ unsafe fn flash_fwd_wgmma<
     if producer {
         // The producer warpgroup needs few registers: it gives them to the consumers.
         release_registers::<PRODUCER_REGISTERS>();
-        if tid != (128 * C) as u32 {
+        // One warp produces: its first lane issues every load; all of its lanes zero the rows a
+        // variable-length batch's last key tile borrows from the next sequence.
+        if tid >= (128 * C + 32) as u32 {
             return;
         }
+        let issuer = tid == (128 * C) as u32;
+        let varlen = a.cu_seqlens_q != 0;
         let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
         let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
         let tile_bytes = |rows: usize| (2 * rows * D) as u32;
         // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
         // its tile; each barrier expects exactly the bytes of the loads completing on it.
+        // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
+        // zero-fills past the packed tensor's end, not past a sequence's): it lands on its own
+        // barrier, and `v_full` completes once the borrowed rows are zeroed.
+        let borrows = varlen && j_begin < j_end && j_end * BN as u32 > seq.len_k;
+        let last_stage = (j_end - j_begin + NS as u32 - 1) % NS as u32;
+        // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
+        // its tile; each barrier expects exactly the bytes of the loads completing on it.
         unsafe {
-            tma::prefetch_map(q_map);
-            tma::prefetch_map(k_map);
-            tma::prefetch_map(v_map);
-            let q_full = S::<D, BM, BN, NS>::q_full(base);
-            tma::arrive_expect_tx(q_full, tile_bytes(BM));
-            for panel in 0..DP {
-                let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
-                tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
+            if issuer {
+                tma::prefetch_map(q_map);
+                tma::prefetch_map(k_map);
+                tma::prefetch_map(v_map);
+                let q_full = S::<D, BM, BN, NS>::q_full(base);
+                tma::arrive_expect_tx(q_full, tile_bytes(BM));
+                for panel in 0..DP {
+                    let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
+                    tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
+                }
+                for (i, j) in (j_begin..j_end).enumerate() {
+                    let (s, round) = ((i % NS) as u32, (i / NS) as u32);
+                    let row = k_row + (j * BN as u32) as i32;
+                    let v_full = if borrows && j + 1 == j_end {
+                        S::<D, BM, BN, NS>::v_landed(base)
+                    } else {
+                        S::<D, BM, BN, NS>::v_full(base, s)
+                    };
+                    for (map, full, empty, tile) in [
+                        (
+                            k_map,
+                            S::<D, BM, BN, NS>::k_full(base, s),
+                            S::<D, BM, BN, NS>::k_empty(base, s),
+                            S::<D, BM, BN, NS>::k(base, s),
+                        ),
+                        (v_map, v_full, S::<D, BM, BN, NS>::v_empty(base, s), S::<D, BM, BN, NS>::v(base, s)),
+                    ] {
+                        if round > 0 {
+                            // The consumers released this stage's previous tile.
+                            tma::wait(empty, (round - 1) & 1);
+                        }
+                        tma::arrive_expect_tx(full, tile_bytes(BN));
+                        for panel in 0..DP {
+                            let dst = tile + (panel * BN * 128) as u32;
+                            tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
+                        }
+                    }
+                }
             }
-            for (i, j) in (j_begin..j_end).enumerate() {
-                let (s, round) = ((i % NS) as u32, (i / NS) as u32);
-                let row = k_row + (j * BN as u32) as i32;
-                for (map, full, empty, tile) in [
-                    (
-                        k_map,
-                        S::<D, BM, BN, NS>::k_full(base, s),
-                        S::<D, BM, BN, NS>::k_empty(base, s),
-                        S::<D, BM, BN, NS>::k(base, s),
-                    ),
-                    (
-                        v_map,
-                        S::<D, BM, BN, NS>::v_full(base, s),
-                        S::<D, BM, BN, NS>::v_empty(base, s),
-                        S::<D, BM, BN, NS>::v(base, s),
-                    ),
-                ] {
-                    if round > 0 {
-                        // The consumers released this stage's previous tile.
-                        tma::wait(empty, (round - 1) & 1);
-                    }
-                    tma::arrive_expect_tx(full, tile_bytes(BN));
-                    for panel in 0..DP {
-                        let dst = tile + (panel * BN * 128) as u32;
-                        tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
-                    }
+            if borrows {
+                let first = seq.len_k - (j_end - 1) * BN as u32;
+                zero_borrowed_rows::<D, BM, BN, NS, DP>(
+                    base,
+                    S::<D, BM, BN, NS>::v(base, last_stage),
+                    first,
+                    tid % 32,
+                );
+                if issuer {
+                    tma::arrive(S::<D, BM, BN, NS>::v_full(base, last_stage));
                 }
             }
         }
