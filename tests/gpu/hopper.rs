@@ -7,7 +7,7 @@
 use flashattn::{AttentionOptions, Device, Error, InvalidInput, Method, Reason, bf16, f16};
 use flashattn::{Element, Problem};
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
-use flashattn_testkit::{Case, LayoutKind, Sequences, Values, check};
+use flashattn_testkit::{Case, LayoutKind, Values, check};
 
 use crate::GpuTest;
 use crate::attention::{alibi, batch, case_rng, e2s, edge_specs, run_and_check, run_random, small, spec};
