@@ -146,7 +146,13 @@ impl Device {
         };
         // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
         let slopes = self.upload_slopes(stream, problem)?;
-        let mut attn = attn_params(problem, io, None, config.block_n);
+        // Variable-length offsets (freed in stream order after the kernel).
+        let offsets = match problem.varlen() {
+            Some(vl) => Some(self.upload_offsets(stream, vl)?),
+            None => None,
+        };
+        let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
+        let mut attn = attn_params(problem, io, addresses, config.block_n);
         attn.alibi_slopes = slopes.as_ref().map_or(0, |b| b.device_address());
         let params = WgmmaParams {
             attn,
