@@ -225,7 +225,10 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
                 let page = unsafe { global::load_u32(pages + 4 * (t >> page_shift) as u64) };
                 let row = ((t & in_page) + r0) as u64;
                 *at = src
-                    + 2 * (page as u64 * strides[0] + row * strides[1] + h as u64 * strides[2] + 8 * c as u64);
+                    + 2 * (page as u64 * strides[0]
+                        + row * strides[1]
+                        + h as u64 * strides[2]
+                        + 8 * c as u64);
             }
         }
         // The next tile's page indices (the sequence's next rows, read by the next call's loads
