@@ -138,12 +138,6 @@ impl Device {
         // ALiBi slopes, read by the masked instances (freed in stream order after them).
         let slopes = self.upload_slopes(stream, problem)?;
         params.alibi_slopes = slopes.as_ref().map_or(0, |b| b.device_address());
-        // A K/V cache's per-entry lengths, read by the kernels (freed in stream order after them).
-        let cache_lens = match problem.cache_seqlens() {
-            Some(lens) => Some(self.upload_u32(stream, lens)?),
-            None => None,
-        };
-        params.seqused_k = cache_lens.as_ref().map_or(0, |b| b.device_address());
         // A paged cache's page table, read by the decode instances (freed in stream order too);
         // an entry's keys are then its pages' capacity (or its `cache_seqlens`).
         let page_table = match problem.block_table() {
@@ -156,6 +150,14 @@ impl Device {
             params.page_shift = t.page_size.trailing_zeros();
             params.seqlen_k = (t.pages_per_entry * t.page_size) as u32;
         }
+        // A K/V cache's per-entry lengths, read by the kernels (freed in stream order after
+        // them); a single entry's length goes in the parameters instead (no copy).
+        let cache_lens =
+            match problem.cache_seqlens().and_then(|lens| cache_lengths_in_params(&mut params, lens)) {
+                Some(lens) => Some(self.upload_u32(stream, lens)?),
+                None => None,
+            };
+        params.seqused_k = cache_lens.as_ref().map_or(0, |b| b.device_address());
         if io.partial.is_some() {
             // A step of context-parallel attention: the forward kernel alone, its `splits`
             // (at least 2: the tensor-core kernel writes partial results only when split) into
@@ -343,9 +345,57 @@ pub(crate) fn attn_params(
     params
 }
 
+/// A K/V cache's per-entry lengths (`cache_seqlens`, validated: each at most the cache's capacity
+/// `params.seqlen_k`) as the kernels take them. The kernels that read the lengths
+/// (the kernels' `SeqView::of_cached`) take an entry's keys from `seqused_k` when
+/// it is set and from `seqlen_k` otherwise; so a single entry (B = 1) in a fixed-length batch is
+/// passed as `seqlen_k` itself, and nothing is copied to the device before the launch (a
+/// host-to-device copy that cost 10–34% of 15–30 µs decode calls). Returns the lengths that
+/// still need a device copy (for `seqused_k`), or `None` when the parameters hold them. Call it
+/// after anything else that sets `seqlen_k` (a paged cache's capacity).
+pub(crate) fn cache_lengths_in_params<'a>(params: &mut AttnParams, lens: &'a [u32]) -> Option<&'a [u32]> {
+    match lens {
+        [len] if params.cu_seqlens_q == 0 => {
+            debug_assert!(*len <= params.seqlen_k, "a cache length past the capacity");
+            params.seqlen_k = *len;
+            None
+        }
+        _ => Some(lens),
+    }
+}
+
 /// A window side as the kernels take it: [`flashattn_kernels::mask::UNBOUNDED`] for none (a
 /// bound that large sees every key anyway).
 fn window_bound(side: Option<usize>) -> u32 {
     use flashattn_kernels::mask::UNBOUNDED;
     side.map_or(UNBOUNDED, |b| b.min(UNBOUNDED as usize - 1) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_cache_length_goes_in_the_parameters() {
+        let base = AttnParams { seqlen_k: 1000, ..Default::default() };
+        for len in [0, 1, 700, 1000] {
+            let mut params = base;
+            assert_eq!(cache_lengths_in_params(&mut params, &[len]), None);
+            assert_eq!(params, AttnParams { seqlen_k: len, ..base }, "only the key count changes");
+        }
+    }
+
+    #[test]
+    fn several_cache_lengths_are_copied() {
+        let base = AttnParams { seqlen_k: 1000, ..Default::default() };
+        let lens = [0, 64, 1000];
+        let mut params = base;
+        assert_eq!(cache_lengths_in_params(&mut params, &lens), Some(&lens[..]));
+        assert_eq!(params, base, "the parameters are left alone");
+        // Variable-length input (never given lengths: validation refuses it) keeps the copy.
+        let varlen = AttnParams { cu_seqlens_q: 0x1000, ..base };
+        let mut params = varlen;
+        assert_eq!(cache_lengths_in_params(&mut params, &[5]), Some(&[5][..]));
+        assert_eq!(params, varlen);
+    }
 }

@@ -861,6 +861,24 @@ fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
             specs.push(s);
         }
     }
+    // A single entry (B = 1): its length goes to the kernels in the launch parameters, not in a
+    // device copy of `cache_seqlens` — decode with and without splits, a causal chunk, and the
+    // general kernel's 130-token chunk.
+    for d in [64, 128] {
+        for len in [0, 1, 65, 700, 1000] {
+            for (nq, causal, heads, kv_heads, splits) in [
+                (1, false, 8, 2, None),
+                (1, true, 8, 8, Some(5)),
+                (7, true, 4, 2, None),
+                (130, true, 2, 1, None),
+            ] {
+                let mut s = spec(batch(1, nq, 1000), heads, kv_heads, d, causal, Bshd);
+                s.cache_seqlens = Some(vec![len]);
+                s.splits = splits;
+                specs.push(s);
+            }
+        }
+    }
     if small() {
         specs.retain(|s| {
             s.head_dim <= 128 && matches!(s.sequences, Sequences::Batch { seqlen_q, .. } if seqlen_q <= 7)
@@ -886,23 +904,32 @@ fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
 /// A paged K/V cache (`block_table`) under `Auto`, against the oracle (which reads through the
 /// table): pages of 16, 64 and 256 tokens shuffled through a pool with spare pages, entries of
 /// lengths 0 to the capacity (`cache_seqlens`) and without lengths (every page's tokens), decode
-/// with GQA packing and split-KV, a 7-token causal chunk — all on the decode instances. Unused
+/// with GQA packing and split-KV, a 7-token causal chunk, single entries (B = 1, the length in
+/// the launch parameters) — all on the decode instances. Unused
 /// pages and the rows past each entry's length hold NaN.
 fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
     use rand::seq::SliceRandom;
     let mut rng = case_rng();
     let dims: &[usize] = if small() { &[64, 128] } else { &[64, 128, 96, 256] };
     for &d in dims {
-        for (page, nq, causal, heads, kv_heads, splits, with_lens) in [
-            (16, 1, false, 8, 2, None, true),
-            (64, 1, true, 8, 8, Some(5), true),
-            (256, 1, false, 4, 1, None, false),
-            (16, 7, true, 4, 2, None, true),
-            (64, 3, false, 4, 2, Some(2), false),
+        // (The entries `b`: a single one's length goes in the launch parameters, not copied.)
+        for (page, nq, causal, heads, kv_heads, splits, with_lens, b) in [
+            (16, 1, false, 8, 2, None, true, 4),
+            (64, 1, true, 8, 8, Some(5), true, 4),
+            (256, 1, false, 4, 1, None, false, 4),
+            (16, 7, true, 4, 2, None, true, 4),
+            (64, 3, false, 4, 2, Some(2), false, 4),
+            (16, 1, false, 8, 2, None, true, 1),
+            (16, 7, true, 4, 2, Some(3), true, 1),
+            (64, 1, false, 8, 8, Some(5), true, 1),
         ] {
-            let (b, ppe) = (4, 1536usize.div_ceil(page).max(2));
+            let ppe = 1536usize.div_ceil(page).max(2);
             let cap = ppe * page;
-            let lens: Vec<u32> = vec![0, 1, (cap / 2 + 3) as u32, cap as u32];
+            let lens: Vec<u32> = if b == 1 {
+                vec![(cap / 2 + 3) as u32]
+            } else {
+                vec![0, 1, (cap / 2 + 3) as u32, cap as u32]
+            };
             let mut s = spec(batch(b, nq, cap), heads, kv_heads, d, causal, LayoutKind::Bshd);
             s.cache_seqlens = with_lens.then(|| lens.clone());
             s.splits = splits;

@@ -210,15 +210,25 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     // `r0 + k·rows_per_pass` never straddle a 16-row group, since `rows_per_pass` divides 16).
     if pages != 0 && 16 % rows_per_pass == 0 && ROWS % 16 == 0 && ROWS / 16 <= PAGE_GROUPS {
         // Each 16-row group lies in one page (pages of 16 tokens or more, `row0` a multiple of
-        // 16): its page's base offset, all loads issued before any copy.
-        let mut group_base = [0u64; PAGE_GROUPS];
-        for (g, b) in group_base.iter_mut().enumerate().take(ROWS / 16) {
+        // 16), at `t & in_page` in it: per group, one page-index load (all issued before any
+        // copy) and this thread's first source address in the group; its copies there then step
+        // by a per-tile row step, with no per-copy page arithmetic.
+        let in_page = (1u32 << page_shift) - 1;
+        let per_group = 16 / rows_per_pass;
+        let step = 2 * strides[1] * rows_per_pass as u64;
+        let mut group_at = [0u64; PAGE_GROUPS];
+        for (g, at) in group_at.iter_mut().enumerate().take(ROWS / 16) {
             let t = row0 + 16 * g as u32;
             if t < len {
                 // SAFETY: slot `t >> page_shift` of the sequence's table row exists (the host
                 // checked `len` against the table's capacity).
                 let page = unsafe { global::load_u32(pages + 4 * (t >> page_shift) as u64) };
-                *b = page as u64 * strides[0] + h as u64 * strides[2] + 8 * c as u64;
+                let row = ((t & in_page) + r0) as u64;
+                *at = src
+                    + 2 * (page as u64 * strides[0]
+                        + row * strides[1]
+                        + h as u64 * strides[2]
+                        + 8 * c as u64);
             }
         }
         // The next tile's page indices (the sequence's next rows, read by the next call's loads
@@ -229,16 +239,15 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
             // SAFETY: slot `next >> page_shift` exists (`next < len`, as above).
             unsafe { global::prefetch_l1(pages + 4 * (next >> page_shift) as u64) };
         }
-        let in_page = (1u32 << page_shift) - 1;
-        for k in 0..ROWS / rows_per_pass {
-            let r = r0 + (k * rows_per_pass) as u32;
-            let t = row0 + r;
-            let n = if t < len { bytes } else { 0 };
-            let at = group_base[k * rows_per_pass / 16] + (t & in_page) as u64 * strides[1];
-            let addr = if n > 0 { src + 2 * at } else { src };
-            // SAFETY: as below, with the row found through the page table (host-validated
-            // pages of the pools).
-            unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+        for (g, &at) in group_at.iter().enumerate().take(ROWS / 16) {
+            for i in 0..per_group {
+                let r = r0 + ((g * per_group + i) * rows_per_pass) as u32;
+                let n = if row0 + r < len { bytes } else { 0 };
+                let addr = if n > 0 { at + i as u64 * step } else { src };
+                // SAFETY: as below, with the row found through the page table (host-validated
+                // pages of the pools): row `r` is row `r0 + i·rows_per_pass` of group `g`.
+                unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+            }
         }
         return;
     }
