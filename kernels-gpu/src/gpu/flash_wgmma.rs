@@ -380,14 +380,80 @@ unsafe fn flash_fwd_wgmma<
         }};
     }
 
-    // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
-    // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
-    // cores. Registers written between a product's issue and its wait are never its
-    // accumulators or operands (else ptxas serialises every product): the output is rescaled
-    // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
+    // O *= α per row (rows g and g + 8 of each 8-column block), skipped when every α of the
+    // warp is 1 (the running maxima did not move). Only where no `P·V` is in flight.
+    macro_rules! rescale_o {
+        ($alphas:ident) => {{
+            if !shuffle::all($alphas[0] == 1.0 && $alphas[1] == 1.0) {
+                for op in o.iter_mut() {
+                    for dt in 0..8 {
+                        op[4 * dt] *= $alphas[0];
+                        op[4 * dt + 1] *= $alphas[0];
+                        op[4 * dt + 2] *= $alphas[1];
+                        op[4 * dt + 3] *= $alphas[1];
+                    }
+                }
+            }
+        }};
+    }
+    // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues `PK` steps of k16 per V
+    // panel (V's panels as N-major B operands, P from registers) and commits, without waiting.
+    macro_rules! issue_pv {
+        ($pf:ident, $i:expr) => {{
+            let i: usize = $i;
+            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+            let v_tile = S::<D, BM, BN, NS>::v(base, s);
+            // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+            unsafe {
+                tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+                wgmma::fence();
+                for (ks, pk) in $pf.iter().enumerate() {
+                    for (panel, op) in o.iter_mut().enumerate() {
+                        let vd = descriptor(
+                            v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
+                            kv_panel_bytes,
+                            SWIZZLE_ATOM_BYTES,
+                        );
+                        E::rs_n64(op, pk, vd);
+                    }
+                }
+                wgmma::commit();
+            }
+        }};
+    }
+    // Once `P·V` of ring position `i` completed: the output's accumulators are tied to this point
+    // and the V stage is released.
+    macro_rules! finish_pv {
+        ($i:expr) => {{
+            for op in o.iter_mut() {
+                wgmma::settle(op);
+            }
+            if leader {
+                // SAFETY: an initialised barrier; the products have read the V stage.
+                unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, ($i % NS) as u32)) };
+            }
+        }};
+    }
+
+    // FlashAttention-3's intra-warpgroup overlap, as three parts:
+    // - prologue: `S_0 = Q·K_0ᵀ`, its softmax, P_0 packed;
+    // - steady state, for each tile j but the last: O rescaled by tile j's α, then `S_{j+1}` and
+    //   `P_j·V_j` issued back to back (two commit groups, in that order); `wait_group 1` (only
+    //   `P_j·V_j` in flight), the softmax of `S_{j+1}` — under `P_j·V_j` on the tensor cores —
+    //   then `wait_group 0` and P_{j+1} packed;
+    // - epilogue: O rescaled by the last tile's α, its `P·V`, `wait_group 0`.
+    // ptxas serialises every product of the kernel (info C7514/C7515) when it sees a register of
+    // an in-flight `wgmma` read or written, also through control flow it cannot follow. So,
+    // between an issue and the wait that completes it, nothing touches that product's registers:
+    // the output is rescaled before either product is issued, the softmax works on the second
+    // score array `sn` (completed by `wait_group 1`) and P_{j+1} is packed into `pf` (the
+    // operand of `P_j·V_j`) only after `wait_group 0`. And the last tile is peeled off the loop:
+    // with `S_{j+1}` issued under an `if` (no next tile) the number of groups in flight at the
+    // `wait_group 1` depends on a branch, and ptxas serialised every product (C7514).
     let mut pf = [[0u32; 4]; PK];
     let mut alphas = [1.0f32; 2];
-    if j_begin < j_end {
+    let tiles = (j_end - j_begin) as usize;
+    if tiles > 0 {
         let mut sc = [0.0f32; SN];
         issue_scores!(sc, 0);
         wgmma::wait::<0>();
@@ -397,72 +463,60 @@ unsafe fn flash_fwd_wgmma<
         pf = pack_p!(sc);
     }
     // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
-    // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
+    // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
     // the turn to the other, so that one warpgroup's softmax runs while the other's products
-    // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
-    let pingpong = C == 2 && j_begin < j_end;
+    // occupy the tensor cores (besides its own `P·V`). A warpgroup takes one turn per tile (the
+    // last in the epilogue); warpgroup 0 goes first, and its last turn is taken after the
+    // epilogue.
+    let pingpong = C == 2 && tiles > 0;
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if pingpong && wg == 1 {
         named_arrive::<256>(other_turn);
     }
-    for (i, j) in (j_begin..j_end).enumerate() {
-        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let v_tile = S::<D, BM, BN, NS>::v(base, s);
-        let has_next = j + 1 < j_end;
+    for i in 0..tiles.saturating_sub(1) {
         if pingpong {
             named_sync::<256>(my_turn);
         }
-        if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
-            for op in o.iter_mut() {
-                for dt in 0..8 {
-                    op[4 * dt] *= alphas[0];
-                    op[4 * dt + 1] *= alphas[0];
-                    op[4 * dt + 2] *= alphas[1];
-                    op[4 * dt + 3] *= alphas[1];
-                }
-            }
-        }
+        rescale_o!(alphas);
         let mut sn = [0.0f32; SN];
-        if has_next {
-            issue_scores!(sn, i + 1);
-        }
-        // O += P_j·V_j: V's panels as N-major B operands.
-        // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
-        unsafe {
-            tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
-            wgmma::fence();
-            for (ks, pk) in pf.iter().enumerate() {
-                for (panel, op) in o.iter_mut().enumerate() {
-                    let vd = descriptor(
-                        v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
-                        kv_panel_bytes,
-                        SWIZZLE_ATOM_BYTES,
-                    );
-                    E::rs_n64(op, pk, vd);
-                }
-            }
-            wgmma::commit();
-        }
+        issue_scores!(sn, i + 1);
+        issue_pv!(pf, i);
         if pingpong {
             named_arrive::<256>(other_turn);
         }
-        // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
-        // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
-        // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
-        wgmma::wait::<0>();
-        for op in o.iter_mut() {
-            wgmma::settle(op);
-        }
+        // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running.
+        wgmma::wait::<1>();
         wgmma::settle(&mut sn);
-        if leader {
-            // SAFETY: an initialised barrier; the products have read the V stage.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
-        }
-        if has_next {
+        alphas = softmax_tile!(sn, j_begin + i as u32 + 1);
+        // K_{j+1} is released here, after the softmax, and only by a leader whose row sums
+        // are `!(sum < 0)` — every sum is (a sum of exponentials, NaN included), so the test
+        // changes nothing but the schedule: the arrival (an `mbarrier` operation, which ptxas
+        // keeps before the `wait_group 0` that follows it) now depends on every `ex2` of the
+        // tile. Without it ptxas, which schedules the wait freely among the arithmetic, put
+        // `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of most of the `MUFU.EX2` (all of them at
+        // d = 256), and only the row maxima ran under `P_j·V_j`. (The producer needs this K
+        // stage again only for tile j + 1 + NS.)
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
+        if sums_done {
             release_k(i + 1);
-            alphas = softmax_tile!(sn, j + 1);
-            pf = pack_p!(sn);
         }
+        wgmma::wait::<0>();
+        finish_pv!(i);
+        pf = pack_p!(sn);
+    }
+    if tiles > 0 {
+        let i = tiles - 1;
+        if pingpong {
+            named_sync::<256>(my_turn);
+        }
+        rescale_o!(alphas);
+        issue_pv!(pf, i);
+        if pingpong {
+            named_arrive::<256>(other_turn);
+        }
+        wgmma::wait::<0>();
+        finish_pv!(i);
     }
     if pingpong && wg == 0 {
         // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
