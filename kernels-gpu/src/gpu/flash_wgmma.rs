@@ -453,6 +453,7 @@ unsafe fn flash_fwd_wgmma<
     let mut pf = [[0u32; 4]; PK];
     let mut alphas = [1.0f32; 2];
     let tiles = (j_end - j_begin) as usize;
+    let overlap = !(WIN && D >= 256);
     if tiles > 0 {
         let mut sc = [0.0f32; SN];
         issue_scores!(sc, 0);
@@ -484,8 +485,15 @@ unsafe fn flash_fwd_wgmma<
         if pingpong {
             named_arrive::<256>(other_turn);
         }
-        // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running.
-        wgmma::wait::<1>();
+        // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running. Except in the
+        // masked d = 256 instances: there the score modifiers' and the windows' registers on
+        // top of the output's 128, `P_j`'s 16 and `S_{j+1}`'s 32 spilled (8 bytes), so they
+        // wait for both products here and run the softmax after them, as before the overlap.
+        if overlap {
+            wgmma::wait::<1>();
+        } else {
+            wgmma::wait::<0>();
+        }
         wgmma::settle(&mut sn);
         alphas = softmax_tile!(sn, j_begin + i as u32 + 1);
         // K_{j+1} is released here, after the softmax, and only by a leader whose row sums
