@@ -1,19 +1,29 @@
-//! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warp.
+//! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warpgroup,
+//! the softmax of one key tile under the `P·V` product of the previous one.
 //!
 //! A block owns `BM = 64·C` query rows of one (sequence, head): `C` consumer warpgroups of 64
 //! rows each, and one producer warpgroup after them (its registers given to the consumers with
 //! `setmaxnreg`). The producer's first thread loads Q once and then
 //! streams the K and V tiles (`BN` keys each) through a ring of `NS` stages with TMA
 //! (`cp.async.bulk.tensor`, 128-byte swizzled panels of 64 columns); each load completes a
-//! *full* barrier with its bytes. A consumer warpgroup, per key tile:
-//! 1. waits for `K_j`, computes `S = Q·K_jᵀ` with `wgmma` (both operands in shared memory),
-//!    then releases the K stage (one arrival on its *empty* barrier per warpgroup);
-//! 2. masks the tile where it crosses the diagonal or the end of the keys, and runs the online
-//!    softmax on the accumulators in registers (the recurrence shared with the CPU,
-//!    [`OnlineSoftmax`]; the accumulator layout is `mma.sync`'s, see [`wgmma`]);
-//! 3. waits for `V_j`, computes `O += P·V_j` with P from registers (the scores' accumulators
-//!    repacked, no shared-memory round trip) and V by descriptor (N-major), then releases the
-//!    V stage.
+//! *full* barrier with its bytes. A consumer warpgroup computes, per key tile j:
+//! - `S_j = Q·K_jᵀ` with `wgmma` (both operands in shared memory), then releases the K stage
+//!   (one arrival on its *empty* barrier per warpgroup);
+//! - the mask where the tile crosses the diagonal, a window's edge or the end of the keys, and
+//!   the online softmax on the accumulators in registers (the recurrence shared with the CPU,
+//!   [`OnlineSoftmax`]; the accumulator layout is `mma.sync`'s, see [`wgmma`]);
+//! - `O += P_j·V_j` with P from registers (the scores' accumulators repacked, no shared-memory
+//!   round trip) and V by descriptor (N-major), then releases the V stage.
+//!
+//! These run as FlashAttention-3's pipeline inside the warpgroup: a prologue computes `S_0` and
+//! its softmax; then, for every tile but the last, the warpgroup issues `S_{j+1}` and `P_j·V_j`
+//! back to back, waits for the first only (`wgmma.wait_group 1`), runs the softmax of `S_{j+1}`
+//! while `P_j·V_j` is on the tensor cores, waits for it and packs P_{j+1} (O is rescaled before
+//! the next issue); an epilogue issues the last `P·V`. Two score arrays are live in that loop (`S_{j+1}` while
+//! `P_j` is still an operand), which the consumers' 240 registers hold. The two consumer
+//! warpgroups also take turns issuing (ping-pong: one's softmax under the other's products).
+//! The masked d = 256 instances alone wait for both products before the softmax (their
+//! modifiers' registers on top of the second score array spilled).
 //!
 //! With `partial_o` set (a step of context-parallel attention) each row is merged by
 //! log-sum-exp with the running result of the earlier steps (f32, in the partial rows) and
@@ -396,8 +406,9 @@ unsafe fn flash_fwd_wgmma<
             }
         }};
     }
-    // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues `PK` steps of k16 per V
-    // panel (V's panels as N-major B operands, P from registers) and commits, without waiting.
+    // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues
+    // `PK` steps of k16 per V panel (V's panels as N-major B operands, P from registers) and
+    // commits, without waiting.
     macro_rules! issue_pv {
         ($pf:ident, $i:expr) => {{
             let i: usize = $i;
@@ -447,9 +458,10 @@ unsafe fn flash_fwd_wgmma<
     // between an issue and the wait that completes it, nothing touches that product's registers:
     // the output is rescaled before either product is issued, the softmax works on the second
     // score array `sn` (completed by `wait_group 1`) and P_{j+1} is packed into `pf` (the
-    // operand of `P_j·V_j`) only after `wait_group 0`. And the last tile is peeled off the loop:
-    // with `S_{j+1}` issued under an `if` (no next tile) the number of groups in flight at the
-    // `wait_group 1` depends on a branch, and ptxas serialised every product (C7514).
+    // operand of `P_j·V_j`) only after `wait_group 0`. The last tile is peeled off the loop, so
+    // that the loop always has a next tile to issue: an earlier attempt reported C7514 with
+    // `S_{j+1}` under an `if`; ptxas 13.0 accepts that form of this code (checked), but its loop
+    // is longer (877 against 852 SASS instructions at d = 128) and branches on every tile.
     let mut pf = [[0u32; 4]; PK];
     let mut alphas = [1.0f32; 2];
     let tiles = (j_end - j_begin) as usize;
