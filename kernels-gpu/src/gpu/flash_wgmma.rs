@@ -19,9 +19,10 @@
 //! its softmax; then, for every tile but the last, the warpgroup issues `S_{j+1}` and `P_j·V_j`
 //! back to back, waits for the first only (`wgmma.wait_group 1`), runs the softmax of `S_{j+1}`
 //! while `P_j·V_j` is on the tensor cores, waits for it and packs P_{j+1} (O is rescaled before
-//! the next issue); an epilogue issues the last `P·V`. Two score arrays are live in that loop (`S_{j+1}` while
-//! `P_j` is still an operand), which the consumers' 240 registers hold. The two consumer
-//! warpgroups also take turns issuing (ping-pong: one's softmax under the other's products).
+//! the next issue); an epilogue issues the last `P·V`. Two score arrays are live in that loop
+//! (`S_{j+1}` while `P_j` is still an operand), which the consumers' 240 registers hold. The two
+//! consumer warpgroups also take turns issuing (ping-pong: one's softmax under the other's
+//! products).
 //! The masked d = 256 instances alone wait for both products before the softmax (their
 //! modifiers' registers on top of the second score array spilled).
 //!
@@ -512,10 +513,11 @@ unsafe fn flash_fwd_wgmma<
         // are `!(sum < 0)` — every sum is (a sum of exponentials, NaN included), so the test
         // changes nothing but the schedule: the arrival (an `mbarrier` operation, which ptxas
         // keeps before the `wait_group 0` that follows it) now depends on every `ex2` of the
-        // tile. Without it ptxas, which schedules the wait freely among the arithmetic, put
-        // `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of most of the `MUFU.EX2` (all of them at
-        // d = 256), and only the row maxima ran under `P_j·V_j`. (The producer needs this K
-        // stage again only for tile j + 1 + NS.)
+        // tile. ptxas schedules the wait freely among the arithmetic: with the release right
+        // after `wait_group 1` it put `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of every score's
+        // `MUFU.EX2` (only the row maxima ran under `P_j·V_j`), and with a plain release here
+        // (a branch, which ptxas if-converts) in front of 9 to 32 of them, depending on d.
+        // (The producer needs this K stage again only for tile j + 1 + NS.)
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
         if sums_done {
