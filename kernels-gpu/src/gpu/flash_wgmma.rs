@@ -1,19 +1,30 @@
-//! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warp.
+//! The Hopper forward kernel (sm_90a): TMA tile loads, `wgmma` products, a producer warpgroup,
+//! the softmax of one key tile under the `P·V` product of the previous one.
 //!
 //! A block owns `BM = 64·C` query rows of one (sequence, head): `C` consumer warpgroups of 64
 //! rows each, and one producer warpgroup after them (its registers given to the consumers with
 //! `setmaxnreg`). The producer's first thread loads Q once and then
 //! streams the K and V tiles (`BN` keys each) through a ring of `NS` stages with TMA
 //! (`cp.async.bulk.tensor`, 128-byte swizzled panels of 64 columns); each load completes a
-//! *full* barrier with its bytes. A consumer warpgroup, per key tile:
-//! 1. waits for `K_j`, computes `S = Q·K_jᵀ` with `wgmma` (both operands in shared memory),
-//!    then releases the K stage (one arrival on its *empty* barrier per warpgroup);
-//! 2. masks the tile where it crosses the diagonal or the end of the keys, and runs the online
-//!    softmax on the accumulators in registers (the recurrence shared with the CPU,
-//!    [`OnlineSoftmax`]; the accumulator layout is `mma.sync`'s, see [`wgmma`]);
-//! 3. waits for `V_j`, computes `O += P·V_j` with P from registers (the scores' accumulators
-//!    repacked, no shared-memory round trip) and V by descriptor (N-major), then releases the
-//!    V stage.
+//! *full* barrier with its bytes. A consumer warpgroup computes, per key tile j:
+//! - `S_j = Q·K_jᵀ` with `wgmma` (both operands in shared memory), then releases the K stage
+//!   (one arrival on its *empty* barrier per warpgroup);
+//! - the mask where the tile crosses the diagonal, a window's edge or the end of the keys, and
+//!   the online softmax on the accumulators in registers (the recurrence shared with the CPU,
+//!   [`OnlineSoftmax`]; the accumulator layout is `mma.sync`'s, see [`wgmma`]);
+//! - `O += P_j·V_j` with P from registers (the scores' accumulators repacked, no shared-memory
+//!   round trip) and V by descriptor (N-major), then releases the V stage.
+//!
+//! These run as FlashAttention-3's pipeline inside the warpgroup: a prologue computes `S_0` and
+//! its softmax; then, for every tile but the last, the warpgroup issues `S_{j+1}` and `P_j·V_j`
+//! back to back, waits for the first only (`wgmma.wait_group 1`), runs the softmax of `S_{j+1}`
+//! while `P_j·V_j` is on the tensor cores, waits for it and packs P_{j+1} (O is rescaled before
+//! the next issue); an epilogue issues the last `P·V`. Two score arrays are live in that loop
+//! (`S_{j+1}` while `P_j` is still an operand), which the consumers' 240 registers hold. The two
+//! consumer warpgroups also take turns issuing (ping-pong: one's softmax under the other's
+//! products).
+//! The masked d = 256 instances alone wait for both products before the softmax (their
+//! modifiers' registers on top of the second score array spilled).
 //!
 //! With `partial_o` set (a step of context-parallel attention) each row is merged by
 //! log-sum-exp with the running result of the earlier steps (f32, in the partial rows) and
@@ -458,14 +469,83 @@ unsafe fn flash_fwd_wgmma<
         }};
     }
 
-    // FlashAttention-3's intra-warpgroup overlap: tile j's `P·V` and tile j+1's `Q·Kᵀ` are
-    // issued back to back, and the softmax of tile j+1 runs while `P_j·V_j` is on the tensor
-    // cores. Registers written between a product's issue and its wait are never its
-    // accumulators or operands (else ptxas serialises every product): the output is rescaled
-    // before either product is issued, and P of tile j+1 is packed after `P_j·V_j` completed.
+    // O *= α per row (rows g and g + 8 of each 8-column block), skipped when every α of the
+    // warp is 1 (the running maxima did not move). Only where no `P·V` is in flight.
+    macro_rules! rescale_o {
+        ($alphas:ident) => {{
+            if !shuffle::all($alphas[0] == 1.0 && $alphas[1] == 1.0) {
+                for op in o.iter_mut() {
+                    for dt in 0..8 {
+                        op[4 * dt] *= $alphas[0];
+                        op[4 * dt + 1] *= $alphas[0];
+                        op[4 * dt + 2] *= $alphas[1];
+                        op[4 * dt + 3] *= $alphas[1];
+                    }
+                }
+            }
+        }};
+    }
+    // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues
+    // `PK` steps of k16 per V panel (V's panels as N-major B operands, P from registers) and
+    // commits, without waiting.
+    macro_rules! issue_pv {
+        ($pf:ident, $i:expr) => {{
+            let i: usize = $i;
+            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+            let v_tile = S::<D, BM, BN, NS>::v(base, s);
+            // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+            unsafe {
+                tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+                wgmma::fence();
+                for (ks, pk) in $pf.iter().enumerate() {
+                    for (panel, op) in o.iter_mut().enumerate() {
+                        let vd = descriptor(
+                            v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
+                            kv_panel_bytes,
+                            SWIZZLE_ATOM_BYTES,
+                        );
+                        E::rs_n64(op, pk, vd);
+                    }
+                }
+                wgmma::commit();
+            }
+        }};
+    }
+    // Once `P·V` of ring position `i` completed: the output's accumulators are tied to this point
+    // and the V stage is released.
+    macro_rules! finish_pv {
+        ($i:expr) => {{
+            for op in o.iter_mut() {
+                wgmma::settle(op);
+            }
+            if leader {
+                // SAFETY: an initialised barrier; the products have read the V stage.
+                unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, ($i % NS) as u32)) };
+            }
+        }};
+    }
+
+    // FlashAttention-3's intra-warpgroup overlap, as three parts:
+    // - prologue: `S_0 = Q·K_0ᵀ`, its softmax, P_0 packed;
+    // - steady state, for each tile j but the last: O rescaled by tile j's α, then `S_{j+1}` and
+    //   `P_j·V_j` issued back to back (two commit groups, in that order); `wait_group 1` (only
+    //   `P_j·V_j` in flight), the softmax of `S_{j+1}` — under `P_j·V_j` on the tensor cores —
+    //   then `wait_group 0` and P_{j+1} packed;
+    // - epilogue: O rescaled by the last tile's α, its `P·V`, `wait_group 0`.
+    // ptxas serialises every product of the kernel (info C7514/C7515) when it sees a register of
+    // an in-flight `wgmma` read or written, also through control flow it cannot follow. So,
+    // between an issue and the wait that completes it, nothing touches that product's registers:
+    // the output is rescaled before either product is issued, the softmax works on the second
+    // score array `sn` (completed by `wait_group 1`) and P_{j+1} is packed into `pf` (the
+    // operand of `P_j·V_j`) only after `wait_group 0`. The last tile is peeled off the loop, so
+    // that the loop always has a next tile to issue: an earlier attempt reported C7514 with
+    // `S_{j+1}` under an `if`; ptxas 13.0 accepts that form of this code (checked), but its loop
+    // is longer (877 against 852 SASS instructions at d = 128) and branches on every tile.
     let mut pf = [[0u32; 4]; PK];
     let mut alphas = [1.0f32; 2];
-    if j_begin < j_end {
+    let tiles = (j_end - j_begin) as usize;
+    let overlap = !(WIN && D >= 256);
+    if tiles > 0 {
         let mut sc = [0.0f32; SN];
         issue_scores!(sc, 0);
         wgmma::wait::<0>();
@@ -475,72 +555,68 @@ unsafe fn flash_fwd_wgmma<
         pf = pack_p!(sc);
     }
     // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
-    // products (`P_j·V_j` and the next `Q·Kᵀ`) in its turn (named barrier `1 + wg`), then hands
+    // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
     // the turn to the other, so that one warpgroup's softmax runs while the other's products
-    // occupy the tensor cores. Warpgroup 0 goes first; its last turn is taken after the loop.
-    let pingpong = C == 2 && j_begin < j_end;
+    // occupy the tensor cores (besides its own `P·V`). A warpgroup takes one turn per tile (the
+    // last in the epilogue); warpgroup 0 goes first, and its last turn is taken after the
+    // epilogue.
+    let pingpong = C == 2 && tiles > 0;
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if pingpong && wg == 1 {
         named_arrive::<256>(other_turn);
     }
-    for (i, j) in (j_begin..j_end).enumerate() {
-        let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-        let v_tile = S::<D, BM, BN, NS>::v(base, s);
-        let has_next = j + 1 < j_end;
+    for i in 0..tiles.saturating_sub(1) {
         if pingpong {
             named_sync::<256>(my_turn);
         }
-        if !shuffle::all(alphas[0] == 1.0 && alphas[1] == 1.0) {
-            for op in o.iter_mut() {
-                for dt in 0..8 {
-                    op[4 * dt] *= alphas[0];
-                    op[4 * dt + 1] *= alphas[0];
-                    op[4 * dt + 2] *= alphas[1];
-                    op[4 * dt + 3] *= alphas[1];
-                }
-            }
-        }
+        rescale_o!(alphas);
         let mut sn = [0.0f32; SN];
-        if has_next {
-            issue_scores!(sn, i + 1);
-        }
-        // O += P_j·V_j: V's panels as N-major B operands.
-        // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
-        unsafe {
-            tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
-            wgmma::fence();
-            for (ks, pk) in pf.iter().enumerate() {
-                for (panel, op) in o.iter_mut().enumerate() {
-                    let vd = descriptor(
-                        v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
-                        kv_panel_bytes,
-                        SWIZZLE_ATOM_BYTES,
-                    );
-                    E::rs_n64(op, pk, vd);
-                }
-            }
-            wgmma::commit();
-        }
+        issue_scores!(sn, i + 1);
+        issue_pv!(pf, i);
         if pingpong {
             named_arrive::<256>(other_turn);
         }
-        // Waits for both groups: ptxas 13.0 serialises every product (C7514) if the scores are
-        // read after `wait_group 1` while `P·V` is still in flight, so this warpgroup's softmax
-        // does not overlap its own `P·V` (the other warpgroup's products run meanwhile).
-        wgmma::wait::<0>();
-        for op in o.iter_mut() {
-            wgmma::settle(op);
+        // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running. Except in the
+        // masked d = 256 instances: there the score modifiers' and the windows' registers on
+        // top of the output's 128, `P_j`'s 16 and `S_{j+1}`'s 32 spilled (8 bytes), so they
+        // wait for both products here and run the softmax after them, as before the overlap.
+        if overlap {
+            wgmma::wait::<1>();
+        } else {
+            wgmma::wait::<0>();
         }
         wgmma::settle(&mut sn);
-        if leader {
-            // SAFETY: an initialised barrier; the products have read the V stage.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, s)) };
-        }
-        if has_next {
+        alphas = softmax_tile!(sn, j_begin + i as u32 + 1);
+        // K_{j+1} is released here, after the softmax, and only by a leader whose row sums
+        // are `!(sum < 0)` — every sum is (a sum of exponentials, NaN included), so the test
+        // changes nothing but the schedule: the arrival (an `mbarrier` operation, which ptxas
+        // keeps before the `wait_group 0` that follows it) now depends on every `ex2` of the
+        // tile. ptxas schedules the wait freely among the arithmetic: with the release right
+        // after `wait_group 1` it put `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of every score's
+        // `MUFU.EX2` (only the row maxima ran under `P_j·V_j`), and with a plain release here
+        // (a branch, which ptxas if-converts) in front of 9 to 32 of them, depending on d.
+        // (The producer needs this K stage again only for tile j + 1 + NS.)
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
+        if sums_done {
             release_k(i + 1);
-            alphas = softmax_tile!(sn, j + 1);
-            pf = pack_p!(sn);
         }
+        wgmma::wait::<0>();
+        finish_pv!(i);
+        pf = pack_p!(sn);
+    }
+    if tiles > 0 {
+        let i = tiles - 1;
+        if pingpong {
+            named_sync::<256>(my_turn);
+        }
+        rescale_o!(alphas);
+        issue_pv!(pf, i);
+        if pingpong {
+            named_arrive::<256>(other_turn);
+        }
+        wgmma::wait::<0>();
+        finish_pv!(i);
     }
     if pingpong && wg == 0 {
         // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
