@@ -1,5 +1,6 @@
 //! The tensor-core backward pass (FlashAttention-2's algorithm on `mma.sync` m16n8k16, f32
-//! accumulation; sm_80+), in three kernels:
+//! accumulation; sm_80+; on sm_90a the score products `S` and `dP` of both the preprocessing
+//! and the main kernel run on `wgmma` m64n64k16 instead, see below), in three kernels:
 //!
 //! 1. **Preprocessing** (grid as the forward's: query tiles × heads × sequences): per query row,
 //!    one pass over its keys recomputing `S = Q·Kᵀ` and `dP = dO·Vᵀ` on tensor cores, the
@@ -17,6 +18,18 @@
 //!    bits, vary from run to run; in deterministic mode the key tiles take turns per query
 //!    tile, in key order, through a counter each: bit-identical results). See [`bwd_main`].
 //! 3. **dQ conversion**: `dQ = scale·acc` in the storage type.
+//!
+//! **sm_90a** (`WGMMA`): each warpgroup computes 64 queries × 64 keys of `S` and `dP` with
+//! `wgmma.mma_async` m64n64k16, both operands in shared memory by descriptor — the
+//! preprocessing kernel's one warpgroup per 64-key tile, the main kernel's warpgroup `w / 4`
+//! its block's keys `64·(w / 4)…`, each warp 16 queries ([`scores_wgmma`], one function: the
+//! same query and key tiles, instruction and `k` order in both kernels, so the scores agree bit
+//! for bit, which the numerics need). The Q, dO, K and V tiles are then laid out as `wgmma`'s
+//! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
+//! `cp.async` 16-byte copies and made visible to the async proxy by
+//! `fence.proxy.async.shared::cta` before the step's barrier. The accumulators per warp are
+//! `mma.sync`'s m16n8 fragments, so P, dS and the other three products (on `mma.sync`,
+//! `ldmatrix` addressing the panels) are unchanged.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -85,6 +98,7 @@ fn col_rows<const ROWS: usize, const PD: usize>(row: u32, c0: u32, lane: u32) ->
 /// The tiles loaded (copies waited for, [`wgmma::fence_proxy_async_shared`] and a barrier
 /// since) and 1024-byte aligned panels; the whole warpgroup calls it.
 #[inline(always)]
+#[cfg(target_feature = "sm_90a")]
 unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const BR: usize>(
     s: &mut [[f32; 4]; 8],
     dp: &mut [[f32; 4]; 8],
@@ -92,18 +106,21 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
     (b_s, b_d): (u32, u32),
 ) {
     use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
-    let (a_panel, b_panel) = ((128 * AR) as u32, (128 * BR) as u32);
+    // Each tile's descriptor once; step kk adds its byte offset in 16-byte units to the start
+    // address field (shared addresses stay below 2^18, so the field never carries).
+    let [ds, dd, ks, kd] = [a_s, a_d, b_s, b_d].map(|t| descriptor(t, 16, SWIZZLE_ATOM_BYTES));
     let mut sf = [0.0f32; 32];
     let mut df = [0.0f32; 32];
     wgmma::fence();
     for kk in 0..D / 16 {
         // k16 step kk: 32 bytes into panel kk / 4.
-        let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-        let at = |tile: u32, panel_bytes: u32| descriptor(tile + panel * panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+        let (panel, within) = (kk / 4, 32 * (kk % 4));
+        let (a_off, b_off) =
+            (((panel * 128 * AR + within) / 16) as u64, ((panel * 128 * BR + within) / 16) as u64);
         // SAFETY: descriptors of loaded, swizzled panels (the caller's contract).
         unsafe {
-            E::ss_n64(&mut sf, at(a_s, a_panel), at(b_s, b_panel), (kk > 0) as u32);
-            E::ss_n64(&mut df, at(a_d, a_panel), at(b_d, b_panel), (kk > 0) as u32);
+            E::ss_n64(&mut sf, ds + a_off, ks + b_off, (kk > 0) as u32);
+            E::ss_n64(&mut df, dd + a_off, kd + b_off, (kk > 0) as u32);
         }
     }
     wgmma::commit();
@@ -208,7 +225,11 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
         load_tile_in::<BM, PD, PT, PAD_CHUNKS, WGMMA>(do_tile, HeadRows::outputs(p, &seq, h), m0);
         if first < n_tiles {
             let n0 = first * PBN as u32;
-            load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(k_tile(first % 2), HeadRows::keys(p, &seq, kv_h), n0);
+            load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
+                k_tile(first % 2),
+                HeadRows::keys(p, &seq, kv_h),
+                n0,
+            );
             load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
                 k_tile(first % 2) + tile_bytes(PBN),
                 HeadRows::values(p, &seq, kv_h),
@@ -576,7 +597,11 @@ unsafe fn bwd_main<
         let (_, _, stages, _, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
         unsafe {
-            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(q_tile(stages, s), HeadRows::queries(p, &seq, h), m0);
+            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
+                q_tile(stages, s),
+                HeadRows::queries(p, &seq, h),
+                m0,
+            );
             load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
                 q_tile(stages, s) + tile_bytes(BM),
                 HeadRows::outputs(p, &seq, h),
@@ -634,11 +659,8 @@ unsafe fn bwd_main<
         // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
         {
             // (On `wgmma` the warpgroups split the keys, and the warps of one the queries.)
-            let (wm, wn) = if WGMMA {
-                (warp_o % 4, warp_o / 4)
-            } else {
-                (warp_o / WN1 as u32, warp_o % WN1 as u32)
-            };
+            let (wm, wn) =
+                if WGMMA { (warp_o % 4, warp_o / 4) } else { (warp_o / WN1 as u32, warp_o % WN1 as u32) };
             let (q0, k0) = (wm * (16 * MT1) as u32, wn * (8 * NT1) as u32);
             let mut sc = [[[0.0f32; 4]; NT1]; MT1];
             let mut dp = [[[0.0f32; 4]; NT1]; MT1];
@@ -646,11 +668,17 @@ unsafe fn bwd_main<
             {
                 // The warpgroup's 64 queries × 64 keys `k0..` (rows of the K and V tiles, 128
                 // bytes a row in each panel).
-                let (sc0, dp0) = (sc.as_mut_ptr().cast::<[[f32; 4]; 8]>(), dp.as_mut_ptr().cast::<[[f32; 4]; 8]>());
+                let (sc0, dp0) =
+                    (sc.as_mut_ptr().cast::<[[f32; 4]; 8]>(), dp.as_mut_ptr().cast::<[[f32; 4]; 8]>());
                 // SAFETY: `MT1 == 1 && NT1 == 8` (asserted above), so each cast names the whole
                 // array; the tiles are loaded, fenced and behind the barrier, 1024-byte aligned.
                 unsafe {
-                    scores_wgmma::<E, D, BM, BN>(&mut *sc0, &mut *dp0, (qt, dot), (k_tile + 128 * k0, v_tile + 128 * k0))
+                    scores_wgmma::<E, D, BM, BN>(
+                        &mut *sc0,
+                        &mut *dp0,
+                        (qt, dot),
+                        (k_tile + 128 * k0, v_tile + 128 * k0),
+                    )
                 };
             }
             #[cfg(not(target_feature = "sm_90a"))]
