@@ -305,22 +305,23 @@ impl BwdConfig {
         BWD_BLOCK_M / 16
     }
 
-    /// Shared memory of the main kernel: 1024 bytes of alignment slack (on sm_90a the tiles
-    /// `wgmma` reads start on 1024-byte boundaries), K and V tiles (`block_n` rows), two stages
-    /// of Q and dO tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`,
-    /// 16-bit) and two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot,
-    /// `D − pivot`: 16 bytes a row).
-    pub const fn shared_bytes(&self) -> u32 {
-        1024 + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
+    /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
+    /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit) and
+    /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
+    /// bytes a row); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack besides (the
+    /// tiles `wgmma` reads start on 1024-byte boundaries).
+    pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
+        wgmma_slack(wgmma)
+            + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
     }
 
-    /// Shared memory of the preprocessing kernel: 1024 bytes of alignment slack (as
-    /// [`BwdConfig::shared_bytes`]), Q and dO tiles, and two stages of K and V tiles
-    /// ([`BWD_PREP_BLOCK_N`] rows).
-    pub const fn prep_shared_bytes(&self) -> u32 {
-        1024 + 2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
+    /// Shared memory of the preprocessing kernel: Q and dO tiles, and two stages of K and V
+    /// tiles ([`BWD_PREP_BLOCK_N`] rows); with `wgmma`, the slack of
+    /// [`BwdConfig::shared_bytes`].
+    pub const fn prep_shared_bytes(&self, wgmma: bool) -> u32 {
+        wgmma_slack(wgmma) + 2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
     }
 
     /// Whether this instance runs head dim `d`.
@@ -343,9 +344,15 @@ impl BwdConfig {
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
-            && self.shared_bytes() <= HOPPER_SHARED_LIMIT
-            && self.prep_shared_bytes() <= HOPPER_SHARED_LIMIT
+            && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
+            && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
+}
+
+/// The backward's alignment slack: 1024 bytes where its kernels run `wgmma` (sm_90a), none
+/// before.
+const fn wgmma_slack(wgmma: bool) -> u32 {
+    if wgmma { 1024 } else { 0 }
 }
 
 /// Keys per `wgmma` score product of the backward on sm_90a (`m64n64k16`): one warpgroup's
