@@ -1236,7 +1236,10 @@ pub fn plan_backward(
         ));
     }
     let limit = props.max_shared_per_block;
-    let needed = config.shared_bytes().max(config.prep_shared_bytes());
+    // (The sm_90a kernels compute the scores with `wgmma`, their tiles 1024-byte aligned.)
+    let wgmma = props.target() == Some(Target::Sm90a);
+    let (main_bytes, prep_bytes) = (config.shared_bytes(wgmma), config.prep_shared_bytes(wgmma));
+    let needed = main_bytes.max(prep_bytes);
     if needed > limit {
         return Err(unsupported(method, Reason::SharedMemory { needed, limit }));
     }
@@ -1268,12 +1271,12 @@ pub fn plan_backward(
     // for the main kernel) is not launched: with queries but no keys, dQ is the zeros the
     // preprocessing writes; with keys but no queries, dK and dV are the main kernel's zeros.
     let launches: Vec<Launch> = [
-        kernel(prep, query_grid, BWD_PREP_THREADS, config.prep_shared_bytes()),
+        kernel(prep, query_grid, BWD_PREP_THREADS, prep_bytes),
         kernel(
             main,
             (key_grid[0] as u32, key_grid[1] as u32, key_grid[2] as u32),
             config.threads(),
-            config.shared_bytes(),
+            main_bytes,
         ),
         kernel(conv, query_grid, BWD_PREP_THREADS, 0),
     ]

@@ -283,11 +283,14 @@ impl BwdConfig {
         p
     }
 
-    /// Warps along the keys in the score products (`S = Q·Kᵀ`, `dP = dO·Vᵀ`): the block's
-    /// [`BWD_BLOCK_M`] × `block_n` scores are split 2 × `warps / 2`, each warp 32 queries × 32
-    /// keys (16 accumulator tiles for S and dP together: independent `mma` chains).
-    pub const fn score_key_warps(&self) -> u32 {
-        self.warps / 2
+    /// Warps along the keys in the score products (`S = Q·Kᵀ`, `dP = dO·Vᵀ`). On `mma.sync`
+    /// (`wgmma` false) the block's [`BWD_BLOCK_M`] × `block_n` scores are split 2 × `warps / 2`,
+    /// each warp 32 queries × 32 keys (16 accumulator tiles for S and dP together: independent
+    /// `mma` chains). On `wgmma` (sm_90a) each warpgroup computes all [`BWD_BLOCK_M`] = 64
+    /// queries × [`BWD_WGMMA_KEYS`] keys (`m64n64k16`, the preprocessing kernel's shape), each
+    /// of its warps 16 queries of them: `warps / 4` along the keys.
+    pub const fn score_key_warps(&self, wgmma: bool) -> u32 {
+        if wgmma { self.warps / 4 } else { self.warps / 2 }
     }
 
     /// Warps along the keys in the key-side products (`dV += Pᵀ·dO`, `dK += dSᵀ·Q`): 32 keys
@@ -305,17 +308,20 @@ impl BwdConfig {
     /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
     /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit) and
     /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
-    /// bytes a row).
-    pub const fn shared_bytes(&self) -> u32 {
-        2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
+    /// bytes a row); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack besides (the
+    /// tiles `wgmma` reads start on 1024-byte boundaries).
+    pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
+        wgmma_slack(wgmma)
+            + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
     }
 
     /// Shared memory of the preprocessing kernel: Q and dO tiles, and two stages of K and V
-    /// tiles ([`BWD_PREP_BLOCK_N`] rows).
-    pub const fn prep_shared_bytes(&self) -> u32 {
-        2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
+    /// tiles ([`BWD_PREP_BLOCK_N`] rows); with `wgmma`, the slack of
+    /// [`BwdConfig::shared_bytes`].
+    pub const fn prep_shared_bytes(&self, wgmma: bool) -> u32 {
+        wgmma_slack(wgmma) + 2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
     }
 
     /// Whether this instance runs head dim `d`.
@@ -333,13 +339,27 @@ impl BwdConfig {
             && self.threads() % (self.pitch() / 8) == 0
             && BWD_PREP_THREADS % (self.pitch() / 8) == 0
             && BWD_BLOCK_M == 64
+            && self.block_n() / self.score_key_warps(true) == BWD_WGMMA_KEYS
+            && BWD_PREP_BLOCK_N == BWD_WGMMA_KEYS
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
-            && self.shared_bytes() <= HOPPER_SHARED_LIMIT
-            && self.prep_shared_bytes() <= HOPPER_SHARED_LIMIT
+            && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
+            && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
 }
+
+/// The backward's alignment slack: 1024 bytes where its kernels run `wgmma` (sm_90a), none
+/// before.
+const fn wgmma_slack(wgmma: bool) -> u32 {
+    if wgmma { 1024 } else { 0 }
+}
+
+/// Keys per `wgmma` score product of the backward on sm_90a (`m64n64k16`): one warpgroup's
+/// share of the main kernel's block, and the preprocessing kernel's key tile. Both kernels
+/// compute the scores with this one instruction shape and the same `k` order, so that they
+/// agree bit for bit (the numerics' requirement, `NOTES.md`).
+pub const BWD_WGMMA_KEYS: u32 = 64;
 
 pub use crate::registry::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS};
 

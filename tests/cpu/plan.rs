@@ -462,10 +462,13 @@ fn backward_plans_and_refusals() {
             assert_eq!(plan.launches.len(), 3, "{plan}");
             assert_eq!(plan.launches[0].grid, (300u32.div_ceil(64), 8, 2));
             assert_eq!(plan.launches[1].grid, (500u32.div_ceil(c.block_n()), 2, 2));
+            // (1024 bytes of alignment slack where the kernels run `wgmma`: sm_90a.)
+            let wgmma = props.compute_capability == (9, 0);
             assert_eq!(
                 (plan.launches[1].threads, plan.launches[1].shared_bytes),
-                (c.threads(), c.shared_bytes())
+                (c.threads(), c.shared_bytes(wgmma))
             );
+            assert_eq!(plan.launches[0].shared_bytes, c.prep_shared_bytes(wgmma));
             assert_eq!(plan.scratch_bytes, 4 * (2 * 8 * 300) * (d as u64 + 4), "{plan}");
             assert!(
                 matches!(&plan.launches[2].kind, LaunchKind::Kernel(k) if k.starts_with("flash_bwd_dq_bf16"))

@@ -1,5 +1,6 @@
 //! The tensor-core backward pass (FlashAttention-2's algorithm on `mma.sync` m16n8k16, f32
-//! accumulation; sm_80+), in three kernels:
+//! accumulation; sm_80+; on sm_90a the score products `S` and `dP` of both the preprocessing
+//! and the main kernel run on `wgmma` m64n64k16 instead, see below), in three kernels:
 //!
 //! 1. **Preprocessing** (grid as the forward's: query tiles × heads × sequences): per query row,
 //!    one pass over its keys recomputing `S = Q·Kᵀ` and `dP = dO·Vᵀ` on tensor cores, the
@@ -18,6 +19,18 @@
 //!    tile, in key order, through a counter each: bit-identical results). See [`bwd_main`].
 //! 3. **dQ conversion**: `dQ = scale·acc` in the storage type.
 //!
+//! **sm_90a** (`WGMMA`): each warpgroup computes 64 queries × 64 keys of `S` and `dP` with
+//! `wgmma.mma_async` m64n64k16, both operands in shared memory by descriptor — the
+//! preprocessing kernel's one warpgroup per 64-key tile, the main kernel's warpgroup `w / 4`
+//! its block's keys `64·(w / 4)…`, each warp 16 queries ([`scores_wgmma`], one function: the
+//! same query and key tiles, instruction and `k` order in both kernels, so the scores agree bit
+//! for bit, which the numerics need). The Q, dO, K and V tiles are then laid out as `wgmma`'s
+//! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
+//! `cp.async` 16-byte copies and made visible to the async proxy by
+//! `fence.proxy.async.shared::cta` before the step's barrier. The accumulators per warp are
+//! `mma.sync`'s m16n8 fragments, so P, dS and the other three products (on `mma.sync`,
+//! `ldmatrix` addressing the panels) are unchanged.
+//!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
 //! columns are zero and never stored. Memory beyond the inputs and outputs: the f32 dQ
@@ -30,9 +43,10 @@ use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
+use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
 use super::sequence::SeqView;
-use super::tile::{FragRows, HeadRows, load_tile, swizzle};
+use super::tile::{FragRows, HeadRows, load_tile_in, swizzle};
 use crate::config::BwdConfig;
 use crate::config::PAD_CHUNKS;
 use crate::mask;
@@ -45,6 +59,79 @@ const BM: usize = BWD_BLOCK_M as usize;
 const PBN: usize = BWD_PREP_BLOCK_N as usize;
 /// Threads of the preprocessing and conversion kernels.
 const PT: usize = BWD_PREP_THREADS as usize;
+
+/// Whether the score products run on `wgmma` (sm_90a; `mma.sync` before), and with them the Q,
+/// dO, K and V tiles are laid out as `wgmma`'s 128-byte swizzled panels
+/// ([`super::tile::panel_swizzle`]; the same bytes as the row layout at a 64-element pitch).
+const WGMMA: bool = cfg!(target_feature = "sm_90a");
+
+/// The first byte of a kernel's tiles: the dynamic shared memory, rounded up to 1024 bytes
+/// where `wgmma` reads them (the hardware swizzle is a function of the address; the host's
+/// sizes hold the slack).
+#[inline(always)]
+fn tiles_base() -> u32 {
+    if WGMMA { (shared::base() + 1023) & !1023 } else { shared::base() }
+}
+
+/// Lane addresses of a warp's columns `c0..` (the `ldmatrix` B operand read transposed, lanes
+/// 16–31 on the next 8 columns) in a Q, dO or K tile of `ROWS` rows: the [`FragRows`] of row
+/// `row`, the byte offset of `c0`'s panel from the tile, and the chunks a row to address it with.
+/// In the row layout the offset is 0; in `wgmma`'s panels the warp's columns must not cross a
+/// panel (`c0 % 64 + 16·pairs ≤ 64`, which the callers' tilings keep).
+#[inline(always)]
+fn col_rows<const ROWS: usize, const PD: usize>(row: u32, c0: u32, lane: u32) -> (FragRows, u32, u32) {
+    if WGMMA {
+        (FragRows::new(row, (c0 % 64) / 8 + lane / 16, 8), (c0 / 64) * 128 * ROWS as u32, 8)
+    } else {
+        (FragRows::new(row, c0 / 8 + lane / 16, PD as u32 / 8), 0, PD as u32 / 8)
+    }
+}
+
+/// `S = A_s·B_sᵀ` and `dP = A_d·B_dᵀ` on `wgmma` for one warpgroup: 64 rows (queries) × 64 keys
+/// over the head dim `D`, each warp's 16 rows as `mma.sync` m16n8 accumulator tiles (`s[nt]`:
+/// keys `8·nt..`). The A tiles (Q, dO) are `AR`-row tiles from their first row, the B tiles (K,
+/// V) `BR`-row tiles from this warpgroup's first key (a multiple of 8), all in `wgmma`'s
+/// panels. The one instruction shape (`m64n64k16`) and `k` order of both backward kernels: the
+/// preprocessing kernel and the main kernel get bit-identical scores from it.
+///
+/// # Safety
+/// The tiles loaded (copies waited for, [`wgmma::fence_proxy_async_shared`] and a barrier
+/// since) and 1024-byte aligned panels; the whole warpgroup calls it.
+#[inline(always)]
+#[cfg(target_feature = "sm_90a")]
+unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const BR: usize>(
+    s: &mut [[f32; 4]; 8],
+    dp: &mut [[f32; 4]; 8],
+    (a_s, a_d): (u32, u32),
+    (b_s, b_d): (u32, u32),
+) {
+    use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
+    // Each tile's descriptor once; step kk adds its byte offset in 16-byte units to the start
+    // address field (shared addresses stay below 2^18, so the field never carries).
+    let [ds, dd, ks, kd] = [a_s, a_d, b_s, b_d].map(|t| descriptor(t, 16, SWIZZLE_ATOM_BYTES));
+    let mut sf = [0.0f32; 32];
+    let mut df = [0.0f32; 32];
+    wgmma::fence();
+    for kk in 0..D / 16 {
+        // k16 step kk: 32 bytes into panel kk / 4.
+        let (panel, within) = (kk / 4, 32 * (kk % 4));
+        let (a_off, b_off) =
+            (((panel * 128 * AR + within) / 16) as u64, ((panel * 128 * BR + within) / 16) as u64);
+        // SAFETY: descriptors of loaded, swizzled panels (the caller's contract).
+        unsafe {
+            E::ss_n64(&mut sf, ds + a_off, ks + b_off, (kk > 0) as u32);
+            E::ss_n64(&mut df, dd + a_off, kd + b_off, (kk > 0) as u32);
+        }
+    }
+    wgmma::commit();
+    wgmma::wait::<0>();
+    wgmma::settle(&mut sf);
+    wgmma::settle(&mut df);
+    for nt in 0..8 {
+        s[nt] = [sf[4 * nt], sf[4 * nt + 1], sf[4 * nt + 2], sf[4 * nt + 3]];
+        dp[nt] = [df[4 * nt], df[4 * nt + 1], df[4 * nt + 2], df[4 * nt + 3]];
+    }
+}
 
 /// Address of log-sum-exp row `r`'s statistics: 16 bytes, `[offset, 1/Σ P, pivot, D − pivot]`
 /// (`offset` the row's [`lse_offset`]), copied whole into shared memory by the main kernel.
@@ -69,6 +156,7 @@ fn a_rows(lane: u32, row0: u32, chunks: u32) -> FragRows {
 
 /// Lane addresses of the B operand from an `[n][k]` tile, and equally of the A operand from a
 /// `[k][m]` tile read transposed: rows 0–7 then 8–15, each for two 8-column chunks.
+#[cfg(not(target_feature = "sm_90a"))]
 #[inline(always)]
 fn b_rows(lane: u32, chunks: u32) -> FragRows {
     FragRows::new((lane % 8) + 8 * (lane / 16), (lane / 8) % 2, chunks)
@@ -83,8 +171,10 @@ fn b_rows(lane: u32, chunks: u32) -> FragRows {
 /// accumulator buffers of `bp.attn.partial_rows` rows; launch with [`PT`] threads and
 /// [`BwdConfig::prep_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
-unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bool>(bp: &BwdParams) {
+unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: bool>(bp: &BwdParams) {
     const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32)) };
+    // On `wgmma`: the block is one warpgroup, its scores one 64 × 64 product a tile.
+    const { assert!(!WGMMA || (PT == 128 && BM == 64 && PBN == 64)) };
     let p = &bp.attn;
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
@@ -110,9 +200,10 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
         return;
     }
     let kv_h = h / p.group.max(1);
+    #[cfg(not(target_feature = "sm_90a"))]
     let chunks = PD as u32 / 8;
     let tile_bytes = |rows: usize| 2 * (rows * PD) as u32;
-    let q_tile = shared::base();
+    let q_tile = tiles_base();
     let do_tile = q_tile + tile_bytes(BM);
     // Two stages of (K, V).
     let k_tile = |stage: u32| do_tile + tile_bytes(BM) + stage * 2 * tile_bytes(PBN);
@@ -130,12 +221,16 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
     let first = (n_begin / PBN as u32).min(n_tiles);
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
-        load_tile::<BM, PD, PT, PAD_CHUNKS>(q_tile, HeadRows::queries(p, &seq, h), m0);
-        load_tile::<BM, PD, PT, PAD_CHUNKS>(do_tile, HeadRows::outputs(p, &seq, h), m0);
+        load_tile_in::<BM, PD, PT, PAD_CHUNKS, WGMMA>(q_tile, HeadRows::queries(p, &seq, h), m0);
+        load_tile_in::<BM, PD, PT, PAD_CHUNKS, WGMMA>(do_tile, HeadRows::outputs(p, &seq, h), m0);
         if first < n_tiles {
             let n0 = first * PBN as u32;
-            load_tile::<PBN, PD, PT, PAD_CHUNKS>(k_tile(first % 2), HeadRows::keys(p, &seq, kv_h), n0);
-            load_tile::<PBN, PD, PT, PAD_CHUNKS>(
+            load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
+                k_tile(first % 2),
+                HeadRows::keys(p, &seq, kv_h),
+                n0,
+            );
+            load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
                 k_tile(first % 2) + tile_bytes(PBN),
                 HeadRows::values(p, &seq, kv_h),
                 n0,
@@ -182,13 +277,20 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
     for j in first..n_tiles {
         let n0 = j * PBN as u32;
         cp_async::wait::<0>();
+        if WGMMA {
+            wgmma::fence_proxy_async_shared();
+        }
         sync_threads(); // K_j, V_j (and Q, dO) visible; every warp is done with stage j+1's last use
         if j + 1 < n_tiles {
             let next = k_tile((j + 1) % 2);
             // SAFETY: as above.
             unsafe {
-                load_tile::<PBN, PD, PT, PAD_CHUNKS>(next, HeadRows::keys(p, &seq, kv_h), n0 + PBN as u32);
-                load_tile::<PBN, PD, PT, PAD_CHUNKS>(
+                load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
+                    next,
+                    HeadRows::keys(p, &seq, kv_h),
+                    n0 + PBN as u32,
+                );
+                load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
                     next + tile_bytes(PBN),
                     HeadRows::values(p, &seq, kv_h),
                     n0 + PBN as u32,
@@ -198,12 +300,23 @@ unsafe fn bwd_prep<E: MmaElement, const D: usize, const PD: usize, const WIN: bo
         cp_async::commit();
         let kt = k_tile(j % 2);
         let vt = kt + tile_bytes(PBN);
-        let tid_o = thread_x_opaque();
-        let (ar, br) = (a_rows(tid_o % 32, 16 * (tid_o / 32), chunks), b_rows(tid_o % 32, chunks));
-        let q_tile = shared::base();
+        #[cfg(not(target_feature = "sm_90a"))]
+        let (ar, br) = {
+            let tid_o = thread_x_opaque();
+            (a_rows(tid_o % 32, 16 * (tid_o / 32), chunks), b_rows(tid_o % 32, chunks))
+        };
+        let q_tile = tiles_base();
         let do_tile = q_tile + tile_bytes(BM);
         let mut s = [[0.0f32; 4]; PBN / 8];
         let mut dp = [[0.0f32; 4]; PBN / 8];
+        // sm_90a: the block's 64 × 64 scores as one warpgroup's `wgmma` products (the main
+        // kernel's shape and order).
+        #[cfg(target_feature = "sm_90a")]
+        // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
+        unsafe {
+            scores_wgmma::<E, D, BM, PBN>(&mut s, &mut dp, (q_tile, do_tile), (kt, vt))
+        };
+        #[cfg(not(target_feature = "sm_90a"))]
         for kk in 0..D / 16 {
             // SAFETY: inside the tiles, 16-byte aligned.
             let (aq, ado) = unsafe {
@@ -358,6 +471,7 @@ fn probs_and_ds<const NT: usize>(
 ///
 /// # Safety
 /// The addressed rows must lie inside the tiles.
+#[cfg(not(target_feature = "sm_90a"))]
 #[inline(always)]
 unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT: usize>(
     acc: &mut [[[f32; 4]; NT]; MT],
@@ -402,7 +516,7 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 /// [`BwdConfig::shared_bytes`] of dynamic shared memory.
 #[inline(always)]
 unsafe fn bwd_main<
-    E: MmaElement,
+    E: WgmmaElement,
     const D: usize,
     const PD: usize,
     const W: usize,
@@ -428,6 +542,11 @@ unsafe fn bwd_main<
         assert!(T % (PD / 8) == 0 && BM % (T / (PD / 8)) == 0 && BN % (T / (PD / 8)) == 0);
         // The P and dS tiles hold whole swizzle periods (8 chunks) a row.
         assert!(BN % 64 == 0);
+        // On `wgmma`: warpgroup `w / 4` computes all BM = 64 queries × NT1·8 = 64 keys (warp w
+        // rows 16·(w % 4)…), the preprocessing kernel's product; each warp's dV/dK and dQ
+        // columns stay inside one 64-column panel of the Q, dO and K tiles.
+        assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 == W));
+        assert!(!WGMMA || PD == 64 || (64 % (8 * NT3) == 0 && 64 % (8 * NT4) == 0));
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -441,6 +560,7 @@ unsafe fn bwd_main<
     if n0 >= seq.len_k {
         return;
     }
+    #[cfg(not(target_feature = "sm_90a"))]
     let chunks = PD as u32 / 8;
     // P and dS tiles: BM rows (queries) of BN keys.
     let pc = BN as u32 / 8;
@@ -448,7 +568,7 @@ unsafe fn bwd_main<
     // statistics.
     let tile_bytes = |rows: usize| 2 * (rows * PD) as u32;
     let layout = || {
-        let k_tile = shared::base();
+        let k_tile = tiles_base();
         let v_tile = k_tile + tile_bytes(BN);
         let stages = v_tile + tile_bytes(BN);
         let p_tile = stages + 4 * tile_bytes(BM);
@@ -477,8 +597,12 @@ unsafe fn bwd_main<
         let (_, _, stages, _, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
         unsafe {
-            load_tile::<BM, PD, T, PAD_CHUNKS>(q_tile(stages, s), HeadRows::queries(p, &seq, h), m0);
-            load_tile::<BM, PD, T, PAD_CHUNKS>(
+            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
+                q_tile(stages, s),
+                HeadRows::queries(p, &seq, h),
+                m0,
+            );
+            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
                 q_tile(stages, s) + tile_bytes(BM),
                 HeadRows::outputs(p, &seq, h),
                 m0,
@@ -502,8 +626,8 @@ unsafe fn bwd_main<
     let (k_tile, v_tile, _, _, _, _) = layout();
     // SAFETY: as above.
     unsafe {
-        load_tile::<BN, PD, T, PAD_CHUNKS>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
-        load_tile::<BN, PD, T, PAD_CHUNKS>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
+        load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
+        load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
     if steps > 0 {
         load_step(0, 0);
@@ -517,6 +641,10 @@ unsafe fn bwd_main<
         let s = it % 2;
         let (h, m0) = step(it);
         cp_async::wait::<0>();
+        if WGMMA {
+            // The copies visible to `wgmma` too (read through the async proxy).
+            wgmma::fence_proxy_async_shared();
+        }
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
         if it + 1 < steps {
@@ -530,18 +658,40 @@ unsafe fn bwd_main<
 
         // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
         {
-            let (wm, wn) = (warp_o / WN1 as u32, warp_o % WN1 as u32);
+            // (On `wgmma` the warpgroups split the keys, and the warps of one the queries.)
+            let (wm, wn) =
+                if WGMMA { (warp_o % 4, warp_o / 4) } else { (warp_o / WN1 as u32, warp_o % WN1 as u32) };
             let (q0, k0) = (wm * (16 * MT1) as u32, wn * (8 * NT1) as u32);
-            let ar = a_rows(lane_o, q0, chunks);
-            let br = FragRows::new(k0 + (lane_o % 8) + 8 * (lane_o / 16), (lane_o / 8) % 2, chunks);
             let mut sc = [[[0.0f32; 4]; NT1]; MT1];
             let mut dp = [[[0.0f32; 4]; NT1]; MT1];
-            // S first, then dP (one A operand's fragments live at a time: fewer registers beside
-            // dK and dV; each loop still has MT1·NT1 independent accumulator chains).
-            // SAFETY: inside the Q, K, dO and V tiles.
-            unsafe {
-                tile_product::<E, D, MT1, NT1>(&mut sc, (qt, &ar), (k_tile, &br), chunks);
-                tile_product::<E, D, MT1, NT1>(&mut dp, (dot, &ar), (v_tile, &br), chunks);
+            #[cfg(target_feature = "sm_90a")]
+            {
+                // The warpgroup's 64 queries × 64 keys `k0..` (rows of the K and V tiles, 128
+                // bytes a row in each panel).
+                let (sc0, dp0) =
+                    (sc.as_mut_ptr().cast::<[[f32; 4]; 8]>(), dp.as_mut_ptr().cast::<[[f32; 4]; 8]>());
+                // SAFETY: `MT1 == 1 && NT1 == 8` (asserted above), so each cast names the whole
+                // array; the tiles are loaded, fenced and behind the barrier, 1024-byte aligned.
+                unsafe {
+                    scores_wgmma::<E, D, BM, BN>(
+                        &mut *sc0,
+                        &mut *dp0,
+                        (qt, dot),
+                        (k_tile + 128 * k0, v_tile + 128 * k0),
+                    )
+                };
+            }
+            #[cfg(not(target_feature = "sm_90a"))]
+            {
+                let ar = a_rows(lane_o, q0, chunks);
+                let br = FragRows::new(k0 + (lane_o % 8) + 8 * (lane_o / 16), (lane_o / 8) % 2, chunks);
+                // S first, then dP (one A operand's fragments live at a time: fewer registers
+                // beside dK and dV; each loop still has MT1·NT1 independent accumulator chains).
+                // SAFETY: inside the Q, K, dO and V tiles.
+                unsafe {
+                    tile_product::<E, D, MT1, NT1>(&mut sc, (qt, &ar), (k_tile, &br), chunks);
+                    tile_product::<E, D, MT1, NT1>(&mut dp, (dot, &ar), (v_tile, &br), chunks);
+                }
             }
             // P (normalised; 0 where masked) and dS, stored as the element type.
             let scale_log2 = p.scale_log2;
@@ -599,7 +749,8 @@ unsafe fn bwd_main<
             let (wk, wd) = (warp_o % WK3 as u32, warp_o / WK3 as u32);
             let (k0, c0) = (wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
             let pr = FragRows::new((lane_o % 8) + 8 * (lane_o / 16), k0 / 8 + (lane_o / 8) % 2, pc);
-            let tr = FragRows::new((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0 / 8 + lane_o / 16, chunks);
+            let (tr, t_off, tch) = col_rows::<BM, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
+            let (dot, qt) = (dot + t_off, qt + t_off);
             for ks in 0..BM / 16 {
                 let mut ap = [[0u32; 4]; MT3];
                 let mut ads = [[0u32; 4]; MT3];
@@ -612,13 +763,13 @@ unsafe fn bwd_main<
                 }
                 for np in 0..NT3 / 2 {
                     // SAFETY: inside the dO tile.
-                    let bo = unsafe { ldmatrix::x4_trans(tr.at(dot, ks, np, chunks)) };
+                    let bo = unsafe { ldmatrix::x4_trans(tr.at(dot, ks, np, tch)) };
                     for mt in 0..MT3 {
                         E::mma(&mut dv[mt][2 * np], &ap[mt], bo[0], bo[1]);
                         E::mma(&mut dv[mt][2 * np + 1], &ap[mt], bo[2], bo[3]);
                     }
                     // SAFETY: inside the Q tile.
-                    let bq = unsafe { ldmatrix::x4_trans(tr.at(qt, ks, np, chunks)) };
+                    let bq = unsafe { ldmatrix::x4_trans(tr.at(qt, ks, np, tch)) };
                     for mt in 0..MT3 {
                         E::mma(&mut dk[mt][2 * np], &ads[mt], bq[0], bq[1]);
                         E::mma(&mut dk[mt][2 * np + 1], &ads[mt], bq[2], bq[3]);
@@ -631,14 +782,14 @@ unsafe fn bwd_main<
         let (qs, cg) = (warp_o % WQ4 as u32, warp_o / WQ4 as u32);
         let c0 = cg * (8 * NT4) as u32;
         let dsr = a_rows(lane_o, 16 * qs, pc);
-        let kr = FragRows::new((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0 / 8 + lane_o / 16, chunks);
+        let (kr, k_off, kch) = col_rows::<BN, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
         let mut acc = [[0.0f32; 4]; NT4];
         for ks in 0..BN / 16 {
             // SAFETY: inside the dS tile.
             let a = unsafe { ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc)) };
             for np in 0..NT4 / 2 {
                 // SAFETY: inside the K tile.
-                let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile, ks, np, chunks)) };
+                let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile + k_off, ks, np, kch)) };
                 E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
                 E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
             }
@@ -825,9 +976,9 @@ macro_rules! bwd_entries {
                         { C.warps as usize },
                         { C.block_n() as usize },
                         { C.threads() as usize },
-                        { C.score_key_warps() as usize },
-                        { (BWD_BLOCK_M / 16 / (C.warps / C.score_key_warps())) as usize },
-                        { (C.block_n() / 8 / C.score_key_warps()) as usize },
+                        { C.score_key_warps(WGMMA) as usize },
+                        { (BWD_BLOCK_M / 16 / (C.warps / C.score_key_warps(WGMMA))) as usize },
+                        { (C.block_n() / 8 / C.score_key_warps(WGMMA)) as usize },
                         { C.kv_key_warps() as usize },
                         { (C.block_n() / 16 / C.kv_key_warps()) as usize },
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },

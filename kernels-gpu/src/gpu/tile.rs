@@ -14,6 +14,17 @@ pub(super) fn swizzle(row: u32, chunk: u32, chunks: u32) -> u32 {
     16 * (row * chunks + (chunk ^ (row % 8)))
 }
 
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `rows` rows laid out as
+/// `wgmma`'s 128-byte swizzled panels (64 columns of 16-bit elements each, `SWIZZLE_ATOM_BYTES`
+/// in [`super::arch::wgmma`]): panel `chunk / 8` holds every row's chunks `8p..8p + 8`, 128 bytes
+/// a row, swizzled as [`swizzle`] with 8 chunks a row. With the tile 1024-byte aligned this is
+/// the layout the hardware's 128-byte swizzle reads (chunk index XOR row % 8). For tiles of 64
+/// columns it is the same as [`swizzle`]'s.
+#[inline(always)]
+pub(super) fn panel_swizzle(row: u32, chunk: u32, rows: u32) -> u32 {
+    128 * rows * (chunk / 8) + swizzle(row, chunk % 8, 8)
+}
+
 /// Where this lane's `ldmatrix` row addresses fall in a swizzled tile, for one operand.
 ///
 /// A lane reads row `16·slab + row` and chunk `2·pair + chunk` (pair = which 16 columns). As
@@ -165,12 +176,34 @@ const PAGE_GROUPS: usize = 8;
 /// always copies chunk `tid % chunks` of rows `tid / chunks + k·(THREADS / chunks)`, so its
 /// source address is one 64-bit base plus a fixed step per copy.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS: usize, const PAD: u32>(
     tile: u32,
     rows: HeadRows<'_>,
     row0: u32,
 ) {
+    // SAFETY: forwarded contract.
+    unsafe { load_tile_in::<ROWS, PD, THREADS, PAD, false>(tile, rows, row0) }
+}
+
+/// [`load_tile`] into a tile laid out as [`swizzle`] says (`PANELS` false) or as `wgmma`'s
+/// panels ([`panel_swizzle`], `PANELS` true: the tile 1024-byte aligned; not with paged caches
+/// or [`PAD_ELEMENTS`]).
+///
+/// # Safety
+/// As [`load_tile`].
+#[inline(always)]
+pub(super) unsafe fn load_tile_in<
+    const ROWS: usize,
+    const PD: usize,
+    const THREADS: usize,
+    const PAD: u32,
+    const PANELS: bool,
+>(
+    tile: u32,
+    rows: HeadRows<'_>,
+    row0: u32,
+) {
+    const { assert!(!PANELS || PAD != PAD_ELEMENTS) };
     let HeadRows { src, seq, strides, start, head: h, len, dim: d, pages, page_shift } = rows;
     let chunks = PD / 8;
     let rows_per_pass = THREADS / chunks;
@@ -208,7 +241,7 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
     let bytes = if PAD == PAD_EXACT || c < d / 8 { 16 } else { 0 };
     // A paged cache (only the one-warp decode instances are sent one: there a thread's rows
     // `r0 + k·rows_per_pass` never straddle a 16-row group, since `rows_per_pass` divides 16).
-    if pages != 0 && 16 % rows_per_pass == 0 && ROWS % 16 == 0 && ROWS / 16 <= PAGE_GROUPS {
+    if !PANELS && pages != 0 && 16 % rows_per_pass == 0 && ROWS % 16 == 0 && ROWS / 16 <= PAGE_GROUPS {
         // Each 16-row group lies in one page (pages of 16 tokens or more, `row0` a multiple of
         // 16), at `t & in_page` in it: per group, one page-index load (all issued before any
         // copy) and this thread's first source address in the group; its copies there then step
@@ -257,8 +290,9 @@ pub(super) unsafe fn load_tile<const ROWS: usize, const PD: usize, const THREADS
         let r = r0 + (k * rows_per_pass) as u32;
         let n = if row0 + r < len { bytes } else { 0 };
         let addr = if n > 0 { base + k as u64 * step } else { src };
+        let at = if PANELS { panel_swizzle(r, c, ROWS as u32) } else { swizzle(r, c, chunks as u32) };
         // SAFETY: inside the tile; the `n` source bytes (0 or 16) are in the tensor (host
         // validation and alignment checks), or nothing is read.
-        unsafe { cp_async::copy16(tile + swizzle(r, c, chunks as u32), addr, n) };
+        unsafe { cp_async::copy16(tile + at, addr, n) };
     }
 }

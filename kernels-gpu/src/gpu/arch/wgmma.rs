@@ -42,6 +42,16 @@ pub fn wait<const N: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N) };
 }
 
+/// `fence.proxy.async.shared::cta`: this thread's earlier writes to shared memory through the
+/// generic proxy (`st.shared`, `cp.async` once waited for) become visible to the async proxy,
+/// which `wgmma` reads its shared-memory operands through. Every writer fences, then a barrier,
+/// then the products (TMA's writes need none: they are async-proxy writes).
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    // SAFETY: a fence.
+    unsafe { asm!("fence.proxy.async.shared::cta;") };
+}
+
 /// Ties each register to this point of the program (an empty `asm!` that reads and writes it),
 /// so that the compiler neither reads an accumulator before the [`wait`] that completes it nor
 /// writes one while a product may still read it.
