@@ -147,8 +147,16 @@ unsafe fn flash_fwd_mma<
                 if j < j_end {
                     let n0 = j * BN as u32;
                     let (k_at, v_at) = ring_stages::<BM, BN, PD, VS>(q_tile, j);
-                    load_tile::<BN, PD, T, PAD>(k_at, HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z), n0);
-                    load_tile::<BN, PD, T, PAD>(v_at, HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z), n0);
+                    load_tile::<BN, PD, T, PAD>(
+                        k_at,
+                        HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z),
+                        n0,
+                    );
+                    load_tile::<BN, PD, T, PAD>(
+                        v_at,
+                        HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
+                        n0,
+                    );
                 }
                 if t + 2 < VS as u32 {
                     cp_async::commit();
@@ -218,18 +226,11 @@ unsafe fn flash_fwd_mma<
         // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
         // derives the fragment addresses inside the loop instead of keeping them all live.
         let q_tile = shared::base();
-        let k_tile = if ring {
-            ring_stages::<BM, BN, PD, VS>(q_tile, j).0
-        } else {
-            q_tile + 2 * (BM * PD) as u32
-        };
-        let v_tile = |j: u32| {
-            if ring {
-                ring_stages::<BM, BN, PD, VS>(q_tile, j).1
-            } else {
-                k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32)
-            }
-        };
+        // (With a ring, tile j's K stage, and its V stage `VS` stages after it.)
+        let k_tile =
+            q_tile + 2 * (BM * PD) as u32 + if ring { 2 * (BN * PD) as u32 * (j % VS as u32) } else { 0 };
+        let v_tile =
+            |j: u32| k_tile + 2 * (BN * PD) as u32 * if ring { VS as u32 } else { 1 + j % VS as u32 };
         let (q_rows, k_rows, v_rows) = frag_rows();
         if ring {
             // Every warp is done with tile j − 1's stage: tile j + VS − 1 goes there, and streams
@@ -240,7 +241,11 @@ unsafe fn flash_fwd_mma<
                 let n = ahead * BN as u32;
                 // SAFETY: as above.
                 unsafe {
-                    load_tile::<BN, PD, T, PAD>(k_at, HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z), n);
+                    load_tile::<BN, PD, T, PAD>(
+                        k_at,
+                        HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z),
+                        n,
+                    );
                     load_tile::<BN, PD, T, PAD>(
                         v_at,
                         HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
@@ -480,7 +485,10 @@ unsafe fn flash_fwd_mma<
 /// Shared addresses of the K and V stages of key tile `j` in a ring of `VS` stages (after the Q
 /// tile at `base`: the `VS` K stages, then the `VS` V stages).
 #[inline(always)]
-fn ring_stages<const BM: usize, const BN: usize, const PD: usize, const VS: usize>(base: u32, j: u32) -> (u32, u32) {
+fn ring_stages<const BM: usize, const BN: usize, const PD: usize, const VS: usize>(
+    base: u32,
+    j: u32,
+) -> (u32, u32) {
     let stage = 2 * (BN * PD) as u32;
     let k = base + 2 * (BM * PD) as u32 + stage * (j % VS as u32);
     (k, k + stage * VS as u32)
