@@ -275,18 +275,20 @@ fn decode_variants_are_tile_overrides() {
     let base = AttentionOptions::default();
     let default = plan(&h200, DType::BF16, &problem(q, kv, &base), &base).unwrap();
     assert!(default.kernel().contains("_m16_n64_w1_b4_v2_pad"), "{default}");
-    // (block_n, kernel, shared bytes: Q + the K/V tiles at 256 bytes a row)
-    for (n, kernel, shared) in [
-        (128, "_m16_n128_w1_b2_v2_pad", 256 * (16 + 3 * 128)),
-        (32, "_m16_n32_w1_b4_v3_pad", 256 * (16 + 6 * 32)),
-        (16, "_m16_n16_w1_b6_v4_pad", 256 * (16 + 8 * 16)),
+    assert_eq!(default.splits, 4, "3 blocks per SM: {default}");
+    // (block_n, kernel, shared bytes: Q + the K/V tiles at 256 bytes a row, splits: 128 query
+    // tiles and ¾ of the instance's blocks per SM, rounded down, on 132 SMs)
+    for (n, kernel, shared, splits) in [
+        (128, "_m16_n128_w1_b2_v2_pad", 256 * (16 + 3 * 128), 2),
+        (32, "_m16_n32_w1_b4_v3_pad", 256 * (16 + 6 * 32), 4),
+        (16, "_m16_n16_w1_b6_v4_pad", 256 * (16 + 8 * 16), 5),
     ] {
         let o = AttentionOptions { tiles: Tiles { block_m: Some(16), block_n: Some(n) }, ..base.clone() };
         let p = plan(&h200, DType::BF16, &problem(q, kv, &o), &o).unwrap();
         assert!(p.kernel().contains(kernel) && p.gqa_packed, "{p}");
         let main = p.main_launch().unwrap();
         assert_eq!((main.threads, main.shared_bytes), (32, shared), "{p}");
-        assert!(p.splits > 1 && p.splits <= 65536 / n / 2, "{p}");
+        assert_eq!(p.splits, splits, "{p}");
         // A paged cache of 16-token pages (the tile loads resolve one page per 16-row group).
         let pool = Layout::bshd(16 * 65536 / 16, 16, 8, 128);
         let table = flashattn::BlockTable {
