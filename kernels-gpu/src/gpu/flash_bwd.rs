@@ -547,6 +547,9 @@ unsafe fn bwd_main<
         // columns stay inside one 64-column panel of the Q, dO and K tiles.
         assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 == W));
         assert!(!WGMMA || PD == 64 || (64 % (8 * NT3) == 0 && 64 % (8 * NT4) == 0));
+        // `dQ += dS·K` on `wgmma` at d = 128: warpgroup w / 4 computes all 64 queries × the
+        // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
+        assert!(!(WGMMA && D == 128) || (W == 8 && WQ4 == 4 && NT4 == 8));
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -569,6 +572,9 @@ unsafe fn bwd_main<
     // ([`panel_swizzle`], read by `wgmma` MN-major: `.trans` A). Otherwise (`mma.sync`, and d = 32
     // on sm_90a) the `[query][key]` tiles read transposed by `ldmatrix`.
     let kvw = WGMMA && D % 64 == 0;
+    // sm_90a, d = 128: `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K
+    // MN-major from its 64-column panels; warpgroup wg the columns `64·wg…`).
+    let qw = WGMMA && D == 128;
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -764,6 +770,35 @@ unsafe fn bwd_main<
         }
         sync_threads(); // P and dS visible to every warp
 
+        // (d = 128 on sm_90a: 3.'s product `dQ = dS·K` issued first, as its own `wgmma` group,
+        // so that its adds can start while dV and dK are still computed.)
+        #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
+        let mut qf = [0.0f32; 32];
+        if qw {
+            #[cfg(target_feature = "sm_90a")]
+            {
+                use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
+                let wg = warp_o / 4;
+                // Bytes of one 64-column panel of the K tile (BN rows).
+                let kb = 128 * BN as u32;
+                wgmma::fence();
+                for ks in 0..BN / 16 {
+                    // 16 keys: 32 bytes into the dS tile's 64-key panel ks / 4 (K-major A, as Q
+                    // in the scores), rows 16·ks… of the K tile's panel wg (MN-major B).
+                    let a = descriptor(
+                        ds_tile + (ks / 4) as u32 * pb + (32 * (ks % 4)) as u32,
+                        16,
+                        SWIZZLE_ATOM_BYTES,
+                    );
+                    let b = descriptor(k_tile + wg * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
+                    // SAFETY: descriptors of the stored (fenced, behind the barrier) dS panels
+                    // and the loaded K panels, 1024-byte aligned; the whole warpgroup issues it.
+                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
+                }
+                wgmma::commit();
+            }
+        }
+
         // 2. dV += Pᵀ·dO and dK += dSᵀ·Q: the queries are the reduction; Pᵀ and dSᵀ are A
         //    operands read transposed from the [query][key] tiles.
         if kvw {
@@ -792,12 +827,8 @@ unsafe fn bwd_main<
                         }
                     }
                 }
+                // (Waited for at the end of the step: the dQ product and adds run meanwhile.)
                 wgmma::commit();
-                wgmma::wait::<0>();
-                for pn in 0..D / 64 {
-                    wgmma::settle(&mut dvw[pn]);
-                    wgmma::settle(&mut dkw[pn]);
-                }
             }
         } else {
             let (wk, wd) = (warp_o % WK3 as u32, warp_o / WK3 as u32);
@@ -838,20 +869,32 @@ unsafe fn bwd_main<
         let dsr = a_rows(lane_o, 16 * qs, if kvw { 8 } else { pc });
         let (kr, k_off, kch) = col_rows::<BN, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
         let mut acc = [[0.0f32; 4]; NT4];
-        for ks in 0..BN / 16 {
-            // SAFETY: inside the dS tile (with `kvw`, 64-key panels of 8 chunks a row).
-            let a = unsafe {
-                if kvw {
-                    ldmatrix::x4(dsr.at(ds_tile + (ks / 4) as u32 * pb, 0, ks % 4, 8))
-                } else {
-                    ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc))
+        if qw {
+            // The dQ group is done (the dV/dK group, issued after it, may still run).
+            #[cfg(target_feature = "sm_90a")]
+            {
+                wgmma::wait::<1>();
+                wgmma::settle(&mut qf);
+                for (nt, a) in acc.iter_mut().enumerate().take(8) {
+                    *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
                 }
-            };
-            for np in 0..NT4 / 2 {
-                // SAFETY: inside the K tile.
-                let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile + k_off, ks, np, kch)) };
-                E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
-                E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
+            }
+        } else {
+            for ks in 0..BN / 16 {
+                // SAFETY: inside the dS tile (with `kvw`, 64-key panels of 8 chunks a row).
+                let a = unsafe {
+                    if kvw {
+                        ldmatrix::x4(dsr.at(ds_tile + (ks / 4) as u32 * pb, 0, ks % 4, 8))
+                    } else {
+                        ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc))
+                    }
+                };
+                for np in 0..NT4 / 2 {
+                    // SAFETY: inside the K tile.
+                    let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile + k_off, ks, np, kch)) };
+                    E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
+                    E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
+                }
             }
         }
         // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
@@ -884,6 +927,18 @@ unsafe fn bwd_main<
                 unsafe { global::store_release_u32(lock, block_x() + 1) };
             }
         }
+        if kvw {
+            // dV and dK of this step done before the next step's barrier (after which P and dS
+            // are overwritten).
+            #[cfg(target_feature = "sm_90a")]
+            {
+                wgmma::wait::<0>();
+                for pn in 0..D / 64 {
+                    wgmma::settle(&mut dvw[pn]);
+                    wgmma::settle(&mut dkw[pn]);
+                }
+            }
+        }
     }
     cp_async::wait::<0>();
 
@@ -894,6 +949,11 @@ unsafe fn bwd_main<
         // The `wgmma` accumulators: warpgroup `warp / 4`'s keys, warp rows `16·(warp % 4)…`;
         // register `4j + e` of panel pn: row g + 8·(e / 2), column 64·pn + 8j + 2·t4 + e % 2.
         let k0 = n0 + 64 * (warp / 4) + 16 * (warp % 4);
+        // The sequence's view read again (not kept in registers through the loop: the d = 128
+        // window instance spilled 8 bytes holding it).
+        // SAFETY: as at the start.
+        let seq = unsafe { SeqView::of(p, block_z()) };
+        let kv_h = block_y();
         for half in 0..2 {
             let key = k0 + g + 8 * half as u32;
             if key < seq.len_k {
