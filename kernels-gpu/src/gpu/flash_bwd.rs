@@ -28,8 +28,12 @@
 //! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
 //! `cp.async` 16-byte copies and made visible to the async proxy by
 //! `fence.proxy.async.shared::cta` before the step's barrier. The accumulators per warp are
-//! `mma.sync`'s m16n8 fragments, so P, dS and the other three products (on `mma.sync`,
-//! `ldmatrix` addressing the panels) are unchanged.
+//! `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
+//! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
+//! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
+//! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
+//! d = 128 also `dQ += dS·K` (its own `wgmma` group, issued first, so that its adds overlap the
+//! dV/dK products). d = 32 (and sm_80) keep those three products on `mma.sync`.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -508,8 +512,10 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 ///    and the forward's operand order, so the scores are computed the same way), then P and dS
 ///    on the accumulators, stored to shared memory in the element type;
 /// 2. `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A operands read transposed from the P and dS tiles),
-///    accumulated in registers across all steps;
-/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add`.
+///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
+///    the warpgroup's 64 keys);
+/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, d = 128: on
+///    `wgmma`, issued before 2.).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and

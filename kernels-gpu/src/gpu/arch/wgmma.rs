@@ -13,7 +13,8 @@
 //!
 //! Shared-memory operands are described by a 64-bit descriptor ([`descriptor`]); this crate
 //! uses one layout: 128-byte swizzled panels of 64 columns (what TMA writes with
-//! `CU_TENSOR_MAP_SWIZZLE_128B`), tiles 1024-byte aligned.
+//! `CU_TENSOR_MAP_SWIZZLE_128B`), tiles 1024-byte aligned, read K-major or MN-major (`.trans`:
+//! the backward's Pᵀ, dSᵀ as A; V, dO, Q, K as B).
 
 use core::arch::asm;
 
