@@ -28,8 +28,12 @@
 //! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
 //! `cp.async` 16-byte copies and made visible to the async proxy by
 //! `fence.proxy.async.shared::cta` before the step's barrier. The accumulators per warp are
-//! `mma.sync`'s m16n8 fragments, so P, dS and the other three products (on `mma.sync`,
-//! `ldmatrix` addressing the panels) are unchanged.
+//! `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
+//! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
+//! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
+//! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
+//! d = 128 also `dQ += dS·K` (its own `wgmma` group, issued first, so that its adds overlap the
+//! dV/dK products). d = 32 (and sm_80) keep those three products on `mma.sync`.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -46,7 +50,7 @@ use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thr
 use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
 use super::sequence::SeqView;
-use super::tile::{FragRows, HeadRows, load_tile_in, swizzle};
+use super::tile::{FragRows, HeadRows, load_tile_in, panel_swizzle, swizzle};
 use crate::config::BwdConfig;
 use crate::config::PAD_CHUNKS;
 use crate::mask;
@@ -508,8 +512,10 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 ///    and the forward's operand order, so the scores are computed the same way), then P and dS
 ///    on the accumulators, stored to shared memory in the element type;
 /// 2. `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A operands read transposed from the P and dS tiles),
-///    accumulated in registers across all steps;
-/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add`.
+///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
+///    the warpgroup's 64 keys);
+/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, d = 128: on
+///    `wgmma`, issued before 2.).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -547,6 +553,9 @@ unsafe fn bwd_main<
         // columns stay inside one 64-column panel of the Q, dO and K tiles.
         assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 == W));
         assert!(!WGMMA || PD == 64 || (64 % (8 * NT3) == 0 && 64 % (8 * NT4) == 0));
+        // `dQ += dS·K` on `wgmma` at d = 128: warpgroup w / 4 computes all 64 queries × the
+        // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
+        assert!(!(WGMMA && D == 128) || (W == 8 && WQ4 == 4 && NT4 == 8));
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -564,6 +573,16 @@ unsafe fn bwd_main<
     let chunks = PD as u32 / 8;
     // P and dS tiles: BM rows (queries) of BN keys.
     let pc = BN as u32 / 8;
+    // sm_90a, d a multiple of 64: `dV += Pᵀ·dO` and `dK += dSᵀ·Q` on `wgmma` too (each
+    // warpgroup its 64 keys × D), the P and dS tiles then laid out as 64-key panels
+    // ([`panel_swizzle`], read by `wgmma` MN-major: `.trans` A). Otherwise (`mma.sync`, and d = 32
+    // on sm_90a) the `[query][key]` tiles read transposed by `ldmatrix`.
+    let kvw = WGMMA && D % 64 == 0;
+    // sm_90a, d = 128: `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K
+    // MN-major from its 64-column panels; warpgroup wg the columns `64·wg…`).
+    let qw = WGMMA && D == 128;
+    // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
+    let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
     // statistics.
     let tile_bytes = |rows: usize| 2 * (rows * PD) as u32;
@@ -637,6 +656,13 @@ unsafe fn bwd_main<
     // This warp's dK and dV tiles: keys `32·(warp % WK3)…`, columns `(D / (W / WK3))·(warp / WK3)…`.
     let mut dk = [[[0.0f32; 4]; NT3]; MT3];
     let mut dv = [[[0.0f32; 4]; NT3]; MT3];
+    // With `kvw`: the warpgroup's dK and dV as `wgmma` accumulators (keys `64·(warp / 4)…`, warp
+    // w's rows `16·(w % 4)…`), one 64 × 64 block per 64-column panel of the head dim (`D / 64`
+    // of the two used).
+    #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut))]
+    let mut dkw = [[0.0f32; 32]; 2];
+    #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut))]
+    let mut dvw = [[0.0f32; 32]; 2];
     for it in 0..steps {
         let s = it % 2;
         let (h, m0) = step(it);
@@ -721,7 +747,10 @@ unsafe fn bwd_main<
                         scale_log2,
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
-                        let at = swizzle(qr, k0 / 8 + nt as u32, pc) + 4 * t4;
+                        let chunk = k0 / 8 + nt as u32;
+                        let at =
+                            if kvw { panel_swizzle(qr, chunk, BM as u32) } else { swizzle(qr, chunk, pc) }
+                                + 4 * t4;
                         // SAFETY: row qr < BM, chunk < BN/8 of the P and dS tiles.
                         unsafe {
                             shared::store_u32(p_tile + at, E::pack(pr[0], pr[1]));
@@ -741,11 +770,73 @@ unsafe fn bwd_main<
                 }
             }
         }
+        if kvw {
+            // The stores visible to `wgmma` (the async proxy) too.
+            wgmma::fence_proxy_async_shared();
+        }
         sync_threads(); // P and dS visible to every warp
+
+        // (d = 128 on sm_90a: 3.'s product `dQ = dS·K` issued first, as its own `wgmma` group,
+        // so that its adds can start while dV and dK are still computed.)
+        #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
+        let mut qf = [0.0f32; 32];
+        if qw {
+            #[cfg(target_feature = "sm_90a")]
+            {
+                use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
+                let wg = warp_o / 4;
+                // Bytes of one 64-column panel of the K tile (BN rows).
+                let kb = 128 * BN as u32;
+                wgmma::fence();
+                for ks in 0..BN / 16 {
+                    // 16 keys: 32 bytes into the dS tile's 64-key panel ks / 4 (K-major A, as Q
+                    // in the scores), rows 16·ks… of the K tile's panel wg (MN-major B).
+                    let a = descriptor(
+                        ds_tile + (ks / 4) as u32 * pb + (32 * (ks % 4)) as u32,
+                        16,
+                        SWIZZLE_ATOM_BYTES,
+                    );
+                    let b = descriptor(k_tile + wg * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
+                    // SAFETY: descriptors of the stored (fenced, behind the barrier) dS panels
+                    // and the loaded K panels, 1024-byte aligned; the whole warpgroup issues it.
+                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
+                }
+                wgmma::commit();
+            }
+        }
 
         // 2. dV += Pᵀ·dO and dK += dSᵀ·Q: the queries are the reduction; Pᵀ and dSᵀ are A
         //    operands read transposed from the [query][key] tiles.
-        {
+        if kvw {
+            // sm_90a: warpgroup wg's 64 keys × D, `k` = the 64 queries in 4 steps of 16: Pᵀ and
+            // dSᵀ from the warpgroup's 64-key panel of the P and dS tiles (MN-major A), dO and Q
+            // from their 64-column panels (MN-major B, as V in the forward's P·V). Descriptors:
+            // leading = the panel stride, stride = 8 rows (1024 bytes); a step of 16 queries is
+            // 2048 bytes into a panel.
+            #[cfg(target_feature = "sm_90a")]
+            {
+                use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
+                let wg = warp_o / 4;
+                let desc = |addr: u32| descriptor(addr, pb, SWIZZLE_ATOM_BYTES);
+                wgmma::fence();
+                for kk in 0..BM / 16 {
+                    let k_off = (kk * 16 * 128) as u32;
+                    let (pd, sd) = (desc(p_tile + wg * pb + k_off), desc(ds_tile + wg * pb + k_off));
+                    for pn in 0..D / 64 {
+                        let b_off = pn as u32 * pb + k_off;
+                        // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
+                        // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
+                        // warpgroup issues them.
+                        unsafe {
+                            E::ss_tt_n64(&mut dvw[pn], pd, desc(dot + b_off));
+                            E::ss_tt_n64(&mut dkw[pn], sd, desc(qt + b_off));
+                        }
+                    }
+                }
+                // (Waited for at the end of the step: the dQ product and adds run meanwhile.)
+                wgmma::commit();
+            }
+        } else {
             let (wk, wd) = (warp_o % WK3 as u32, warp_o / WK3 as u32);
             let (k0, c0) = (wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
             let pr = FragRows::new((lane_o % 8) + 8 * (lane_o / 16), k0 / 8 + (lane_o / 8) % 2, pc);
@@ -781,17 +872,35 @@ unsafe fn bwd_main<
         // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4.
         let (qs, cg) = (warp_o % WQ4 as u32, warp_o / WQ4 as u32);
         let c0 = cg * (8 * NT4) as u32;
-        let dsr = a_rows(lane_o, 16 * qs, pc);
+        let dsr = a_rows(lane_o, 16 * qs, if kvw { 8 } else { pc });
         let (kr, k_off, kch) = col_rows::<BN, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
         let mut acc = [[0.0f32; 4]; NT4];
-        for ks in 0..BN / 16 {
-            // SAFETY: inside the dS tile.
-            let a = unsafe { ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc)) };
-            for np in 0..NT4 / 2 {
-                // SAFETY: inside the K tile.
-                let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile + k_off, ks, np, kch)) };
-                E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
-                E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
+        if qw {
+            // The dQ group is done (the dV/dK group, issued after it, may still run).
+            #[cfg(target_feature = "sm_90a")]
+            {
+                wgmma::wait::<1>();
+                wgmma::settle(&mut qf);
+                for (nt, a) in acc.iter_mut().enumerate().take(8) {
+                    *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
+                }
+            }
+        } else {
+            for ks in 0..BN / 16 {
+                // SAFETY: inside the dS tile (with `kvw`, 64-key panels of 8 chunks a row).
+                let a = unsafe {
+                    if kvw {
+                        ldmatrix::x4(dsr.at(ds_tile + (ks / 4) as u32 * pb, 0, ks % 4, 8))
+                    } else {
+                        ldmatrix::x4(dsr.at(ds_tile, 0, ks, pc))
+                    }
+                };
+                for np in 0..NT4 / 2 {
+                    // SAFETY: inside the K tile.
+                    let bk = unsafe { ldmatrix::x4_trans(kr.at(k_tile + k_off, ks, np, kch)) };
+                    E::mma(&mut acc[2 * np], &a, bk[0], bk[1]);
+                    E::mma(&mut acc[2 * np + 1], &a, bk[2], bk[3]);
+                }
             }
         }
         // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
@@ -824,12 +933,59 @@ unsafe fn bwd_main<
                 unsafe { global::store_release_u32(lock, block_x() + 1) };
             }
         }
+        if kvw {
+            // dV and dK of this step done before the next step's barrier (after which P and dS
+            // are overwritten).
+            #[cfg(target_feature = "sm_90a")]
+            {
+                wgmma::wait::<0>();
+                for pn in 0..D / 64 {
+                    wgmma::settle(&mut dvw[pn]);
+                    wgmma::settle(&mut dkw[pn]);
+                }
+            }
+        }
     }
     cp_async::wait::<0>();
 
     // dK (scaled) and dV of this warp's keys and columns; keys past the end and columns past
     // the head dim are not written.
     let d = p.head_dim;
+    if kvw {
+        // The `wgmma` accumulators: warpgroup `warp / 4`'s keys, warp rows `16·(warp % 4)…`;
+        // register `4j + e` of panel pn: row g + 8·(e / 2), column 64·pn + 8j + 2·t4 + e % 2.
+        let k0 = n0 + 64 * (warp / 4) + 16 * (warp % 4);
+        // The sequence's view read again (not kept in registers through the loop: the d = 128
+        // window instance spilled 8 bytes holding it).
+        // SAFETY: as at the start.
+        let seq = unsafe { SeqView::of(p, block_z()) };
+        let kv_h = block_y();
+        for half in 0..2 {
+            let key = k0 + g + 8 * half as u32;
+            if key < seq.len_k {
+                let ko = seq.offset(&bp.dk_strides, seq.k_start, key, kv_h);
+                let vo = seq.offset(&bp.dv_strides, seq.k_start, key, kv_h);
+                for pn in 0..D / 64 {
+                    for j in 0..8 {
+                        let col = (64 * pn + 8 * j) as u64 + 2 * t4 as u64;
+                        if col < d as u64 {
+                            let r = 4 * j + 2 * half;
+                            let (kt, vt) = (&dkw[pn], &dvw[pn]);
+                            let pk = E::pack(kt[r] * bp.scale, kt[r + 1] * bp.scale);
+                            let pv = E::pack(vt[r], vt[r + 1]);
+                            // SAFETY: columns col, col+1 < d of the key's rows (host
+                            // validation), 4-byte aligned.
+                            unsafe {
+                                global::store_u32(bp.dk + 2 * (ko + col), pk);
+                                global::store_u32(bp.dv + 2 * (vo + col), pv);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
     let (wk, wd) = (warp % WK3 as u32, warp / WK3 as u32);
     let (k0, c0) = (n0 + wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
     for mt in 0..MT3 {

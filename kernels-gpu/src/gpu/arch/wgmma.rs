@@ -13,7 +13,8 @@
 //!
 //! Shared-memory operands are described by a 64-bit descriptor ([`descriptor`]); this crate
 //! uses one layout: 128-byte swizzled panels of 64 columns (what TMA writes with
-//! `CU_TENSOR_MAP_SWIZZLE_128B`), tiles 1024-byte aligned.
+//! `CU_TENSOR_MAP_SWIZZLE_128B`), tiles 1024-byte aligned, read K-major or MN-major (`.trans`:
+//! the backward's Pᵀ, dSᵀ as A; V, dO, Q, K as B).
 
 use core::arch::asm;
 
@@ -132,6 +133,22 @@ pub trait WgmmaElement: MmaElement {
     /// # Safety
     /// As [`WgmmaElement::ss_n128`].
     unsafe fn rs_n64(d: &mut [f32; 32], a: &[u32; 4], b: u64);
+
+    /// `d += aᵀ·b` for 64×64×16 with both shared-memory operands MN-major (`.trans` on A and
+    /// B): A's 64 rows (M) are contiguous in a 64-column panel whose rows are the 16 `k`
+    /// (the backward's Pᵀ and dSᵀ from `[query][key]` panels), B (16×64) as [`Self::rs_n64`]'s.
+    ///
+    /// # Safety
+    /// As [`WgmmaElement::ss_n128`].
+    unsafe fn ss_tt_n64(d: &mut [f32; 32], a: u64, b: u64);
+
+    /// `d (+)= a·b` for 64×64×16: A K-major as [`Self::ss_n64`]'s, B MN-major as
+    /// [`Self::rs_n64`]'s (`.trans` on B only: the backward's `dS·K`); `accumulate == 0`
+    /// overwrites `d`.
+    ///
+    /// # Safety
+    /// As [`WgmmaElement::ss_n128`].
+    unsafe fn ss_tn_n64(d: &mut [f32; 32], a: u64, b: u64, accumulate: u32);
 }
 
 /// The `asm!` of one product: the accumulators are positional operands `{0}…`, listed by index.
@@ -144,6 +161,34 @@ macro_rules! wgmma_asm {
                 concat!(
                     "{{ .reg .pred p; setp.ne.b32 p, {acc}, 0; wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ptx, ".", $ptx,
                     " {{{", $first, "}", $(", {", $i, "}",)* "}}, {a}, {b}, p, 1, 1, 0, 0; }}"
+                ),
+                inout(reg32) $d[$first], $(inout(reg32) $d[$i],)*
+                a = in(reg64) $a, b = in(reg64) $b, acc = in(reg32) $acc,
+                options(nostack),
+            )
+        }
+    };
+    (sstt, $ptx:literal, $n:literal, $d:ident, $a:ident, $b:ident, $acc:expr; $first:tt $($i:tt)*) => {
+        // SAFETY: as above.
+        unsafe {
+            asm!(
+                concat!(
+                    "{{ .reg .pred p; setp.ne.b32 p, {acc}, 0; wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ptx, ".", $ptx,
+                    " {{{", $first, "}", $(", {", $i, "}",)* "}}, {a}, {b}, p, 1, 1, 1, 1; }}"
+                ),
+                inout(reg32) $d[$first], $(inout(reg32) $d[$i],)*
+                a = in(reg64) $a, b = in(reg64) $b, acc = in(reg32) $acc,
+                options(nostack),
+            )
+        }
+    };
+    (sstn, $ptx:literal, $n:literal, $d:ident, $a:ident, $b:ident, $acc:expr; $first:tt $($i:tt)*) => {
+        // SAFETY: as above.
+        unsafe {
+            asm!(
+                concat!(
+                    "{{ .reg .pred p; setp.ne.b32 p, {acc}, 0; wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ptx, ".", $ptx,
+                    " {{{", $first, "}", $(", {", $i, "}",)* "}}, {a}, {b}, p, 1, 1, 0, 1; }}"
                 ),
                 inout(reg32) $d[$first], $(inout(reg32) $d[$i],)*
                 a = in(reg64) $a, b = in(reg64) $b, acc = in(reg32) $acc,
@@ -185,6 +230,16 @@ macro_rules! wgmma_element {
             #[inline(always)]
             unsafe fn rs_n64(d: &mut [f32; 32], a: &[u32; 4], b: u64) {
                 wgmma_asm!(rs, $ptx, "64", d, a, b, 1u32; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+            }
+
+            #[inline(always)]
+            unsafe fn ss_tt_n64(d: &mut [f32; 32], a: u64, b: u64) {
+                wgmma_asm!(sstt, $ptx, "64", d, a, b, 1u32; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+            }
+
+            #[inline(always)]
+            unsafe fn ss_tn_n64(d: &mut [f32; 32], a: u64, b: u64, accumulate: u32) {
+                wgmma_asm!(sstn, $ptx, "64", d, a, b, accumulate; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
             }
         }
     };
