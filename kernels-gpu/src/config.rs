@@ -495,6 +495,9 @@ pub struct WgmmaConfig {
     pub stages: u32,
     /// 1: a masked instance (sliding windows — key tiles outside every row's window are never
     /// loaded — and score modifiers; chosen only for problems with one, [`wgmma_masked`]);
+    /// 2: the same without the intra-warpgroup overlap (the next tile's softmax under this
+    /// tile's `P·V`), for softcaps ([`wgmma_softcap`]): with the overlap the softcap's forward
+    /// ran 15% slower (session 10, `kernels-gpu/NOTES.md` v25), ALiBi and windows 2–18% faster;
     /// 0: the others.
     pub window: u32,
 }
@@ -550,7 +553,7 @@ impl WgmmaConfig {
             && self.consumers() >= 1
             && (self.block_n == 128 || self.block_n == 64)
             && self.stages >= 1
-            && self.window <= 1
+            && self.window <= 2
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -573,6 +576,16 @@ pub const fn wgmma_default(head_dim: u32) -> Option<usize> {
 /// The masked Hopper instance (sliding windows, score modifiers) for head dim `d`.
 pub const fn wgmma_masked(head_dim: u32) -> Option<usize> {
     wgmma_find(head_dim, 1)
+}
+
+/// The masked Hopper instance for problems with a softcap: the one without the intra-warpgroup
+/// overlap ([`WgmmaConfig::window`] 2), or the masked one where none is instantiated (d = 256,
+/// whose masked instance does not overlap either).
+pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
+    match wgmma_find(head_dim, 2) {
+        Some(i) => Some(i),
+        None => wgmma_find(head_dim, 1),
+    }
 }
 
 const fn wgmma_find(head_dim: u32, window: u32) -> Option<usize> {

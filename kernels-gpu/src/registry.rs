@@ -187,13 +187,17 @@ macro_rules! for_each_wgmma_instance {
             (128, 128, 128, 2, 1)
             (192, 128, 64, 2, 1)
             (256, 128, 64, 2, 1)
+            (64, 128, 128, 2, 2)
+            (128, 128, 128, 2, 2)
+            (192, 128, 64, 2, 2)
         }
     };
 }
 
 /// The entry name of one Hopper instance:
 /// `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`, with `_win` appended
-/// for a masked instance.
+/// for a masked instance and `_win_softcap` for the masked instance without the intra-warpgroup
+/// overlap that the planner takes for softcaps.
 #[macro_export]
 macro_rules! wgmma_kernel_name {
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0) => {
@@ -201,6 +205,9 @@ macro_rules! wgmma_kernel_name {
     };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 1) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 2) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win_softcap")
     };
 }
 
