@@ -155,7 +155,7 @@ unsafe fn zero_borrowed_rows<
         }
     }
     // The zeros are ordinary (generic-proxy) writes that `wgmma` reads through the async proxy.
-    tma::fence_proxy_async_shared();
+    wgmma::fence_proxy_async_shared();
     shuffle::sync_warp();
 }
 

@@ -31,15 +31,6 @@ pub fn fence_init() {
     unsafe { asm!("fence.mbarrier_init.release.cluster;") };
 }
 
-/// `fence.proxy.async.shared::cta`: orders this thread's earlier ordinary (generic-proxy) writes
-/// to shared memory before later accesses by the async proxy (TMA, `wgmma` operands read by
-/// descriptor). Needed where threads overwrite part of a TMA-loaded tile that `wgmma` reads next.
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    // SAFETY: a fence.
-    unsafe { asm!("fence.proxy.async.shared::cta;") };
-}
-
 /// `mbarrier.arrive.expect_tx`: one arrival, and `bytes` more transaction bytes the current phase
 /// waits for (the TMA loads that complete on this barrier).
 ///
