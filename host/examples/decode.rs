@@ -5,15 +5,10 @@
 //! With `--cache`, instead: the planner's choice without and with `cache_seqlens` (every entry
 //! using its whole cache, then caches of twice the capacity half used), and the same memory as a
 //! paged cache (`block_table`: pages of 16, 64 and 256 tokens in shuffled order, and of 16 in order),
-//! which should read K and V at the same speed. With `--tiles 16x32,16x128,…`, instead of the
-//! split sweep: the planner's choice with each of these tile overrides (the decode variants,
-//! `kernels-gpu/NOTES.md` v28; splits chosen by the planner unless `--splits N`), contiguous and
-//! as a shuffled paged cache of 16-token pages, each beside the default in the same run; `--batch
-//! 16,64` and `--caches 65536,131072` restrict the rows. Needs a GPU.
+//! which should read K and V at the same speed. Needs a GPU.
 //!
 //! ```text
 //! cargo run --release --example decode [-- --quick] [-- --cache]
-//! cargo run --release --example decode -- --tiles 16x16,16x32,16x128 [--batch 16] [--caches 65536,131072]
 //! ```
 
 use flashattn::{AttentionOptions, Device, GpuTimer, Layout, Problem, Tiles, bf16};
@@ -75,25 +70,9 @@ impl Bench<'_> {
     }
 }
 
-/// The comma-separated values after flag `name`, each parsed by `parse` (empty without the flag).
-fn list<T>(name: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(i) = args.iter().position(|a| a == name) else { return Ok(Vec::new()) };
-    let value = args.get(i + 1).ok_or(format!("{name} needs a value"))?;
-    value.split(',').map(|v| parse(v.trim()).ok_or(format!("{name}: cannot read `{v}`"))).collect()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = std::env::args().any(|a| a == "--quick");
     let cache = std::env::args().any(|a| a == "--cache");
-    // Tile overrides to time beside the planner's choice (`16x32`: block_m × block_n).
-    let variants = list("--tiles", |v| {
-        let (m, n) = v.split_once('x')?;
-        Some(Tiles { block_m: Some(m.parse().ok()?), block_n: Some(n.parse().ok()?) })
-    })?;
-    let split_override = list("--splits", |v| v.parse::<usize>().ok())?.first().copied();
-    let only_batches = list("--batch", |v| v.parse::<usize>().ok())?;
-    let only_caches = list("--caches", |v| v.parse::<usize>().ok())?;
     let dev = Device::new(0)?;
     println!("{}", dev.props());
     let (hq, hk, d) = (32usize, 8usize, 128usize);
@@ -106,10 +85,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dev.upload(&data)
     };
     let batches: &[usize] = if quick { &[1, 16] } else { &[1, 4, 16, 64] };
-    for &b in batches.iter().filter(|b| only_batches.is_empty() || only_batches.contains(b)) {
+    for &b in batches {
         for nk in [1024usize, 4096, 16384, 65536, 131072] {
             let kv_bytes = 2 * b * nk * hk * d * 2;
-            if kv_bytes > 16 << 30 || !(only_caches.is_empty() || only_caches.contains(&nk)) {
+            if kv_bytes > 16 << 30 {
                 continue;
             }
             let (lq, lk) = (Layout::bshd(b, 1, hq, d), Layout::bshd(b, nk, hk, d));
@@ -188,48 +167,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     100.0 * (ms_half / ms_contig_half - 1.0)
                 );
                 println!("{paged}");
-                continue;
-            }
-            if !variants.is_empty() {
-                // Each variant beside the default: contiguous, then as a shuffled pool of 16-token
-                // pages (the same memory; the page-index loads are per 16-row group of a tile).
-                use rand::seq::SliceRandom;
-                let page = 16usize;
-                let mut order: Vec<u32> = (0..(b * nk / page) as u32).collect();
-                order.shuffle(&mut rng);
-                let table = flashattn::BlockTable {
-                    page_size: page,
-                    pages_per_entry: nk / page,
-                    pages: order.into(),
-                };
-                let pool = Layout::bshd(b * nk / page, page, hk, d);
-                let paged = AttentionOptions { block_table: Some(table), ..base.clone() };
-                let (default_ms, default_paged) = (ms, bench.time((lq, pool), &paged, reps)?);
-                line += &format!(" paged16 {:.2} |", tbs(default_paged));
-                for tiles in &variants {
-                    let opts = AttentionOptions { tiles: *tiles, splits: split_override, ..base.clone() };
-                    let (m, n) = (tiles.block_m.unwrap_or(0), tiles.block_n.unwrap_or(0));
-                    let p = match dev.plan::<bf16>(&problem, &opts) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            line += &format!(" {m}x{n}: {e} |");
-                            continue;
-                        }
-                    };
-                    let ms = bench.time((lq, lk), &opts, reps)?;
-                    let paged = AttentionOptions { tiles: *tiles, ..paged.clone() };
-                    let ms_paged = bench.time((lq, pool), &paged, reps)?;
-                    line += &format!(
-                        " {m}x{n} s{} {:.3} ms {:.2} TB/s ({:+.1}%) paged16 {:.2} ({:+.1}%) |",
-                        p.splits,
-                        ms,
-                        tbs(ms),
-                        100.0 * (ms / default_ms - 1.0),
-                        tbs(ms_paged),
-                        100.0 * (ms_paged / default_paged - 1.0)
-                    );
-                }
-                println!("{line}");
                 continue;
             }
             for splits in [1usize, 2, 4, 8, 16, 32, 64, 128] {

@@ -729,17 +729,14 @@ pub const SPLIT_TARGET_BLOCKS_PER_SM: u64 = 3;
 pub const SPLIT_MIN_KEY_TILES: usize = 2;
 
 /// Split-KV's split count for a decode instance: 1 when the query tiles alone give [`SPLIT_TARGET_BLOCKS_PER_SM`]
-/// blocks per SM (`variant`: a decode variant a tile override picked, whose launch bounds allow
-/// another number of blocks per SM, `kernels-gpu/NOTES.md` v28: ¾ of its blocks per SM, rounded
-/// down, as 3 of the default's 4), else enough splits to reach it, with at least [`SPLIT_MIN_KEY_TILES`] key
+/// blocks per SM, else enough splits to reach it, with at least [`SPLIT_MIN_KEY_TILES`] key
 /// tiles per split and at most [`MAX_SPLITS`]; then as few splits as give the same key tiles per
 /// split (no split left empty by the rounding).
-fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig, variant: bool) -> usize {
+fn choose_splits(props: &DeviceProps, problem: &Problem, config: &MmaConfig) -> usize {
     let (max_q, max_k) = problem.max_lens();
     let blocks =
         max_q.div_ceil(config.block_m as usize) as u64 * problem.q().heads as u64 * problem.batch() as u64;
-    let per_sm = if variant { (3 * config.min_blocks as u64 / 4).max(1) } else { SPLIT_TARGET_BLOCKS_PER_SM };
-    let target = props.sm_count as u64 * per_sm;
+    let target = props.sm_count as u64 * SPLIT_TARGET_BLOCKS_PER_SM;
     if blocks == 0 || blocks >= target {
         return 1;
     }
@@ -892,11 +889,7 @@ fn plan_mma(
             return Err(unsupported(method, Reason::SplitUnaligned { head_dim: d }));
         }
         Some(s) => s,
-        None if config.is_decode() => {
-            // (The decode instance the planner picks itself keeps the measured rule.)
-            let variant = Some(index) != mma_decode(d as u32);
-            choose_splits(props, eff, &config, variant)
-        }
+        None if config.is_decode() => choose_splits(props, eff, &config),
         None => 1,
     };
     if splits > 1 {

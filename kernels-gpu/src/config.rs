@@ -27,9 +27,7 @@ pub struct MmaConfig {
     /// `.minnctapersm`, and ptxas caps registers at `65536 / (threads · min_blocks)`.
     pub min_blocks: u32,
     /// V buffers in shared memory: 1 (`V_j` streams in while `S_j` is computed), or 2 (`V_{j+1}`
-    /// streams in during the whole of iteration `j`, at the cost of one more V tile); 3 to
-    /// [`MAX_KV_RING`]: K and V both in a ring of that many stages ([`MmaConfig::kv_ring`]:
-    /// tiles `j + 1 … j + v_stages − 1` stream in while tile `j` is computed).
+    /// streams in during the whole of iteration `j`, at the cost of one more V tile).
     pub v_stages: u32,
     /// How the instance's head dim relates to the problem's `d`: [`PAD_EXACT`],
     /// [`PAD_CHUNKS`] or [`PAD_ELEMENTS`].
@@ -52,8 +50,6 @@ pub const PAD_CHUNKS: u32 = 1;
 /// element (`ld.global` of 16 bits, then 16-byte shared stores), the columns past `d` zero,
 /// and outputs stored element by element. Slower copies, the same tensor-core arithmetic.
 pub const PAD_ELEMENTS: u32 = 2;
-/// The deepest K/V ring ([`MmaConfig::kv_ring`]) the kernel has a `cp.async.wait_group` for.
-pub const MAX_KV_RING: u32 = 6;
 /// [`smallest_running`]'s wildcard for the padding kind.
 const ANY_PAD: u32 = u32::MAX;
 
@@ -73,19 +69,9 @@ impl MmaConfig {
     }
 
     /// Shared memory: one Q tile (`block_m` rows), one K tile and `v_stages` V tiles (`block_n`
-    /// rows) — with a K/V ring, `v_stages` K and `v_stages` V tiles —, [`MmaConfig::pitch`]
-    /// 16-bit elements a row.
+    /// rows), [`MmaConfig::pitch`] 16-bit elements a row.
     pub const fn shared_bytes(&self) -> u32 {
-        let kv_tiles = if self.kv_ring() { 2 * self.v_stages } else { 1 + self.v_stages };
-        2 * self.pitch() * (self.block_m + kv_tiles * self.block_n)
-    }
-
-    /// Whether K and V stream through a ring of `v_stages` (≥ 3) stages each: at the top of
-    /// iteration `j` the block waits for tile `j` only and issues tile `j + v_stages − 1` into
-    /// the stage tile `j − 1` left, so that `v_stages − 1` tiles of K and V are in flight during
-    /// the whole iteration (`v_stages` ≤ 2: one K buffer, `K_{j+1}` issued after `S_j`).
-    pub const fn kv_ring(&self) -> bool {
-        self.v_stages >= 3
+        2 * self.pitch() * (self.block_m + (1 + self.v_stages) * self.block_n)
     }
 
     /// Elements per shared-memory tile row: the head dim rounded up to a power of two of at
@@ -114,10 +100,9 @@ impl MmaConfig {
     /// Whether each warp keeps its Q fragments in registers for the whole block (loaded from
     /// shared memory once) instead of reloading them for every key tile: with one 16-row slab
     /// per warp and d ≤ 128 (at most 32 registers). With two slabs the accumulators leave no
-    /// room for them (ptxas spills), nor with 128-key tiles at d = 128 (64 score registers: the
-    /// 16×128 decode variant spilled 4 B with them).
+    /// room for them (ptxas spills).
     pub const fn q_in_registers(&self) -> bool {
-        self.rows_per_warp() == 16 && self.head_dim <= 128 && self.head_dim * self.block_n <= 128 * 64
+        self.rows_per_warp() == 16 && self.head_dim <= 128
     }
 
     /// Whether this is a decode instance: one warp, 16 query rows (see [`mma_decode`]).
@@ -139,8 +124,7 @@ impl MmaConfig {
                 || (self.pad == PAD_EXACT && self.pitch() == self.head_dim))
             && self.threads() % (self.pitch() / 8) == 0
             && self.min_blocks > 0
-            && self.v_stages >= 1
-            && self.v_stages <= MAX_KV_RING
+            && (self.v_stages == 1 || self.v_stages == 2)
             && self.window <= 1
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }

@@ -103,10 +103,8 @@ impl KernelInfo {
 /// its default (the tuned choice, `NOTES.md`); padded instances (`pad` 1) run every smaller head
 /// dim down to the next instance; element-wise instances (`pad` 2) run any head dim down to 1
 /// with rows aligned to the element only; one-warp instances of 16 rows (padded) are the decode kernels
-/// ([`crate::config::mma_decode`]: the first of the smallest head dim that runs a problem); the
-/// others are variants a tile override selects, so that the bench can sweep them (decode: 16×128
-/// tiles at 2 blocks/SM, and K/V rings (`v_stages` ≥ 3) of 16×32 tiles at 4 blocks/SM and 16×16
-/// at 6, `NOTES.md` v28).
+/// ([`crate::config::mma_decode`]); the others are variants a tile override selects, so that
+/// the bench can sweep them.
 #[macro_export]
 macro_rules! for_each_mma_instance {
     ($m:ident $(, $arg:tt)*) => {
@@ -142,9 +140,6 @@ macro_rules! for_each_mma_instance {
             (128, 64, 64, 4, 1, 1, 1, 1)
             (256, 64, 64, 4, 1, 1, 1, 1)
             (128, 16, 64, 1, 4, 2, 1, 1)
-            (128, 16, 128, 1, 2, 2, 1, 0)
-            (128, 16, 32, 1, 4, 3, 1, 0)
-            (128, 16, 16, 1, 6, 4, 1, 0)
         }
     };
 }

@@ -265,46 +265,6 @@ fn standard_plan_lists_its_launches() {
     assert_eq!(p.scratch_bytes, 2 * 4 * 64 * 80 * (4 + 2));
 }
 
-/// The decode variants (`kernels-gpu/NOTES.md` v28) are picked only by a tile override, which
-/// keeps the planner's split-KV and takes contiguous and paged caches; the default stays the
-/// 16×64 instance.
-#[test]
-fn decode_variants_are_tile_overrides() {
-    let h200 = DeviceProps::h200();
-    let (q, kv) = (Layout::bshd(16, 1, 32, 128), Layout::bshd(16, 65536, 8, 128));
-    let base = AttentionOptions::default();
-    let default = plan(&h200, DType::BF16, &problem(q, kv, &base), &base).unwrap();
-    assert!(default.kernel().contains("_m16_n64_w1_b4_v2_pad"), "{default}");
-    assert_eq!(default.splits, 4, "3 blocks per SM: {default}");
-    // (block_n, kernel, shared bytes: Q + the K/V tiles at 256 bytes a row, splits: 128 query
-    // tiles and ¾ of the instance's blocks per SM, rounded down, on 132 SMs)
-    for (n, kernel, shared, splits) in [
-        (128, "_m16_n128_w1_b2_v2_pad", 256 * (16 + 3 * 128), 2),
-        (32, "_m16_n32_w1_b4_v3_pad", 256 * (16 + 6 * 32), 4),
-        (16, "_m16_n16_w1_b6_v4_pad", 256 * (16 + 8 * 16), 5),
-    ] {
-        let o = AttentionOptions { tiles: Tiles { block_m: Some(16), block_n: Some(n) }, ..base.clone() };
-        let p = plan(&h200, DType::BF16, &problem(q, kv, &o), &o).unwrap();
-        assert!(p.kernel().contains(kernel) && p.gqa_packed, "{p}");
-        let main = p.main_launch().unwrap();
-        assert_eq!((main.threads, main.shared_bytes), (32, shared), "{p}");
-        assert_eq!(p.splits, splits, "{p}");
-        // A paged cache of 16-token pages (the tile loads resolve one page per 16-row group).
-        let pool = Layout::bshd(16 * 65536 / 16, 16, 8, 128);
-        let table = flashattn::BlockTable {
-            page_size: 16,
-            pages_per_entry: 65536 / 16,
-            pages: (0..16 * 65536 / 16).collect::<Vec<u32>>().into(),
-        };
-        let paged = AttentionOptions { block_table: Some(table), ..o.clone() };
-        let p = plan(&h200, DType::BF16, &problem(q, pool, &paged), &paged).unwrap();
-        assert!(p.kernel().contains(kernel), "{p}");
-        // An explicit split count is kept.
-        let s = AttentionOptions { splits: Some(4), ..o.clone() };
-        assert_eq!(plan(&h200, DType::BF16, &problem(q, kv, &s), &s).unwrap().splits, 4);
-    }
-}
-
 /// Llama-3-8B decoding (32 query heads over 8 K/V heads, d = 128, one query token): the query
 /// heads of a group are packed into one tile, the one-warp decode instance runs it, the keys are
 /// split across blocks, and a combine kernel merges them.

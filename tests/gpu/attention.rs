@@ -603,26 +603,6 @@ fn split_kv<T: Element>(dev: &Device) -> Result<(), String> {
             if !run_and_check(dev, &case, Method::FlashTensorCore)? {
                 return Err(format!("the tensor-core kernel refused a split-KV case:\n{case}"));
             }
-            if s.head_dim == 128 {
-                decode_variants(dev, &case)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The d = 128 decode variants (`kernels-gpu/NOTES.md` v28: K/V rings of 16×16 and 16×32
-/// tiles, 16×128 tiles), which only a tile override picks.
-const DECODE_VARIANTS: [(usize, usize); 3] = [(16, 16), (16, 32), (16, 128)];
-
-/// Runs and checks `case` on each of [`DECODE_VARIANTS`] (its split count, cache lengths and
-/// page table as they are).
-fn decode_variants<T: Element>(dev: &Device, case: &Case<T>) -> Result<(), String> {
-    for (m, n) in DECODE_VARIANTS {
-        let mut c = case.clone();
-        c.opts.tiles = Tiles { block_m: Some(m), block_n: Some(n) };
-        if !run_and_check(dev, &c, Method::FlashTensorCore)? {
-            return Err(format!("the decode variant {m}×{n} refused a case:\n{c}"));
         }
     }
     Ok(())
@@ -917,9 +897,6 @@ fn kv_cache<T: Element>(dev: &Device) -> Result<(), String> {
         if !run_and_check(dev, &case, Method::Auto)? {
             return Err(format!("Auto refused a K/V cache case:\n{case}"));
         }
-        if decode && s.head_dim == 128 {
-            decode_variants(dev, &case)?;
-        }
     }
     Ok(())
 }
@@ -974,9 +951,6 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             }
             if !run_and_check(dev, &case, Method::Auto)? {
                 return Err(format!("Auto refused a paged cache case:\n{case}"));
-            }
-            if d == 128 {
-                decode_variants(dev, &case)?;
             }
             if d == dims[0] {
                 // The device keeps the last table's copy: the same table again (kept), another

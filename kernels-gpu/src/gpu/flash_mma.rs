@@ -35,7 +35,7 @@ use super::arch::thread::{
 use super::score_mod;
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile, swizzle};
-use crate::config::{MAX_KV_RING, MmaConfig, PAD_ELEMENTS, PAD_EXACT};
+use crate::config::{MmaConfig, PAD_ELEMENTS, PAD_EXACT};
 use crate::mask;
 use crate::math::{exp2, fma};
 use crate::params::{AttnParams, partial_index};
@@ -46,14 +46,12 @@ use crate::softmax::{FUSED_LIMIT, OnlineSoftmax};
 /// otherwise the problem's `d ≤ D` is padded with zero columns, see [`load_tile`]), `PD` elements per shared tile row (`MmaConfig::pitch`), `BM` rows per block, `BN` keys per tile, `W` warps,
 /// `MI = BM/(16·W)` row slabs per warp, `NT = BN/8` score tiles, `DT = D/8` output tiles,
 /// `QR` whether Q's fragments stay in registers (then `KQ = D/16`, else 1), `T = 32·W` threads,
-/// `VS` V buffers (1: `V_j` loads during `S_j`; 2: `V_{j+1}` loads during all of iteration `j`;
-/// 3 or more: K and V in a ring of `VS` stages each, tiles `j + 1 … j + VS − 1` loading during
-/// all of iteration `j`, see [`MmaConfig::kv_ring`]).
+/// `VS` V buffers (1: `V_j` loads during `S_j`; 2: `V_{j+1}` loads during all of iteration `j`).
 ///
 /// # Safety
 /// `p` must describe valid 16-bit tensors with 16-byte aligned rows (2-byte with
 /// [`PAD_ELEMENTS`]) and `p.head_dim ≤ D` (`== D` for [`PAD_EXACT`]) (host checks); launch with `32·W` threads and `2·PD·(BM + (1 + VS)·BN)` bytes of
-/// dynamic shared memory (`2·PD·(BM + 2·VS·BN)` with a ring, `VS ≥ 3`).
+/// dynamic shared memory.
 #[inline(always)]
 unsafe fn flash_fwd_mma<
     E: MmaElement,
@@ -78,10 +76,8 @@ unsafe fn flash_fwd_mma<
         assert!(MI * 16 * W == BM && NT * 8 == BN && DT * 8 == D && BN % 16 == 0 && D % 16 == 0);
         assert!(PD.is_power_of_two() && PD >= 64 && PD >= D && (PAD != PAD_EXACT || PD == D));
         assert!(if QR { KQ * 16 == D } else { KQ == 1 });
-        assert!(T == 32 * W && VS >= 1 && VS <= MAX_KV_RING as usize);
+        assert!(T == 32 * W && (VS == 1 || VS == 2));
     };
-    // K and V in a ring of `VS` stages (tile `j` in stage `j % VS`; K stages after Q, then V's).
-    let ring = VS >= 3;
     if W == 1 && p.splits > 1 {
         // A split decode instance: the combine kernel after it (a programmatic dependent on
         // sm_90) may be scheduled now and wait for this grid on the SMs, so that it runs as soon
@@ -139,30 +135,7 @@ unsafe fn flash_fwd_mma<
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
     unsafe {
         load_tile::<BM, PD, T, PAD>(q_tile, HeadRows::queries(p, &seq, h), m0);
-        if ring {
-            // Tiles j_begin … j_begin + VS − 2, one commit group each (Q in the first; a group
-            // may be empty), so that the loop's `wait_group VS − 2` means "tile j has landed".
-            for t in 0..VS as u32 - 1 {
-                let j = j_begin + t;
-                if j < j_end {
-                    let n0 = j * BN as u32;
-                    let (k_at, v_at) = ring_stages::<BM, BN, PD, VS>(q_tile, j);
-                    load_tile::<BN, PD, T, PAD>(
-                        k_at,
-                        HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z),
-                        n0,
-                    );
-                    load_tile::<BN, PD, T, PAD>(
-                        v_at,
-                        HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
-                        n0,
-                    );
-                }
-                if t + 2 < VS as u32 {
-                    cp_async::commit();
-                }
-            }
-        } else if j_begin < j_end {
+        if j_begin < j_end {
             let n0 = j_begin * BN as u32;
             load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z), n0);
             if VS == 2 {
@@ -199,11 +172,7 @@ unsafe fn flash_fwd_mma<
     if QR && j_begin < j_end {
         // Q's fragments, once, before the key loop (its copies are in the first tile's group,
         // which the first iteration would wait for anyway).
-        if ring {
-            wait_ring::<VS>();
-        } else {
-            cp_async::wait::<0>();
-        }
+        cp_async::wait::<0>();
         sync_threads();
         let (q_rows, _, _) = frag_rows();
         for (mi, qm) in q_frags.iter_mut().enumerate() {
@@ -217,44 +186,14 @@ unsafe fn flash_fwd_mma<
     let max_fused = FUSED_LIMIT / p.scale_log2;
     for j in j_begin..j_end {
         let n0 = j * BN as u32;
-        if ring {
-            wait_ring::<VS>();
-        } else {
-            cp_async::wait::<0>();
-        }
+        cp_async::wait::<0>();
         sync_threads(); // K_j (and Q; with two V buffers V_j too) visible to all; every warp is done with V_{j-1}
         // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
         // derives the fragment addresses inside the loop instead of keeping them all live.
         let q_tile = shared::base();
-        // (With a ring, tile j's K stage, and its V stage `VS` stages after it.)
-        let k_tile =
-            q_tile + 2 * (BM * PD) as u32 + if ring { 2 * (BN * PD) as u32 * (j % VS as u32) } else { 0 };
-        let v_tile =
-            |j: u32| k_tile + 2 * (BN * PD) as u32 * if ring { VS as u32 } else { 1 + j % VS as u32 };
+        let k_tile = q_tile + 2 * (BM * PD) as u32;
+        let v_tile = |j: u32| k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32);
         let (q_rows, k_rows, v_rows) = frag_rows();
-        if ring {
-            // Every warp is done with tile j − 1's stage: tile j + VS − 1 goes there, and streams
-            // in (with the VS − 2 tiles after j already in flight) during the whole iteration.
-            let ahead = j + VS as u32 - 1;
-            if ahead < j_end {
-                let (k_at, v_at) = ring_stages::<BM, BN, PD, VS>(q_tile, ahead);
-                let n = ahead * BN as u32;
-                // SAFETY: as above.
-                unsafe {
-                    load_tile::<BN, PD, T, PAD>(
-                        k_at,
-                        HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z),
-                        n,
-                    );
-                    load_tile::<BN, PD, T, PAD>(
-                        v_at,
-                        HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
-                        n,
-                    );
-                }
-            }
-            cp_async::commit();
-        }
         if VS == 1 {
             // SAFETY: as above.
             unsafe {
@@ -295,10 +234,8 @@ unsafe fn flash_fwd_mma<
         if VS == 1 {
             cp_async::wait::<0>();
         }
-        if !ring {
-            sync_threads();
-        }
-        if !ring && j + 1 < j_end {
+        sync_threads();
+        if j + 1 < j_end {
             let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
@@ -316,9 +253,7 @@ unsafe fn flash_fwd_mma<
                 }
             }
         }
-        if !ring {
-            cp_async::commit();
-        }
+        cp_async::commit();
 
         if WIN {
             // Softcap and ALiBi (problems that have them; the masks below then hide logits).
@@ -479,32 +414,6 @@ unsafe fn flash_fwd_mma<
                 unsafe { global::store_u32x4(dst, v) };
             }
         }
-    }
-}
-
-/// Shared addresses of the K and V stages of key tile `j` in a ring of `VS` stages (after the Q
-/// tile at `base`: the `VS` K stages, then the `VS` V stages).
-#[inline(always)]
-fn ring_stages<const BM: usize, const BN: usize, const PD: usize, const VS: usize>(
-    base: u32,
-    j: u32,
-) -> (u32, u32) {
-    let stage = 2 * (BN * PD) as u32;
-    let k = base + 2 * (BM * PD) as u32 + stage * (j % VS as u32);
-    (k, k + stage * VS as u32)
-}
-
-/// `cp.async.wait_group VS − 2`: with a ring of `VS` stages (one commit group a tile), the
-/// current tile's group (and every one before it) has landed; the `VS − 2` after it may still
-/// be in flight.
-#[inline(always)]
-fn wait_ring<const VS: usize>() {
-    match VS {
-        3 => cp_async::wait::<1>(),
-        4 => cp_async::wait::<2>(),
-        5 => cp_async::wait::<3>(),
-        6 => cp_async::wait::<4>(),
-        _ => cp_async::wait::<0>(),
     }
 }
 
