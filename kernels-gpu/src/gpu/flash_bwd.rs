@@ -353,22 +353,31 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
             };
         }
         let scale_log2 = p.scale_log2;
+        // A tile every row of the warp sees whole (no window, before each row's last key: all
+        // but the diagonal and last tiles) takes its probabilities without the per-key mask.
+        let whole = !WIN && shuffle::all(n0 + PBN as u32 <= limit[0].min(limit[1]));
         for (half, st) in stats.iter_mut().enumerate() {
             // Probabilities (0 where masked) and this lane's most probable key of the tile.
-            let (mut best, mut best_dp) = (0.0f32, 0.0f32);
-            for (nt, (sn, dn)) in s.iter_mut().zip(&dp).enumerate() {
-                for e in 0..2 {
-                    let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
-                    let x = &mut sn[2 * half + e];
-                    // (Branch-free: the probability of every score, 0 selected for masked ones.)
-                    let seen = (key < limit[half]) & (!WIN | (key >= begin[half]));
-                    let pr = prob_from_offset(*x, scale_log2, offset[half]);
-                    *x = if seen { pr } else { 0.0 };
-                    let better = *x > best;
-                    best = if better { *x } else { best };
-                    best_dp = if better { dn[2 * half + e] } else { best_dp };
-                }
-            }
+            let (best, best_dp) = if whole {
+                tile_probs::<false, { PBN / 8 }>(
+                    &mut s,
+                    &dp,
+                    half,
+                    scale_log2,
+                    offset[half],
+                    (0, u32::MAX, 0),
+                )
+            } else {
+                tile_probs::<WIN, { PBN / 8 }>(
+                    &mut s,
+                    &dp,
+                    half,
+                    scale_log2,
+                    offset[half],
+                    (begin[half], limit[half], n0 + 2 * t4),
+                )
+            };
+            let (mut best, mut best_dp) = (best, best_dp);
             // The quad's most probable key: the largest (P, dP) pair, the same in all four lanes.
             for m in [1, 2] {
                 let (op, odp) = (shuffle::xor(best, m), shuffle::xor(best_dp, m));
@@ -398,6 +407,40 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
     }
     // No copy stays in flight past the kernel (with no key tile, Q's and dO's never waited).
     cp_async::wait::<0>();
+}
+
+/// The preprocessing kernel's probabilities of one row (elements `2·half`, `2·half + 1` of the
+/// lane's `NT` 8-key accumulator tiles `s`, in place: `2^(s·scale_log2 + offset)`) and the
+/// lane's most probable key of the tile, `(P, dP)` (`(0, 0)` if none). With `MASKED`, keys
+/// outside `begin..limit` get probability 0 (the lane's keys are `key0 + 8·nt + e`);
+/// without, every key counts (the caller knows the row sees the whole tile). Branch-free.
+#[inline(always)]
+fn tile_probs<const MASKED: bool, const NT: usize>(
+    s: &mut [[f32; 4]; NT],
+    dp: &[[f32; 4]; NT],
+    half: usize,
+    scale_log2: f32,
+    offset: f32,
+    (begin, limit, key0): (u32, u32, u32),
+) -> (f32, f32) {
+    let (mut best, mut best_dp) = (0.0f32, 0.0f32);
+    for (nt, (sn, dn)) in s.iter_mut().zip(dp).enumerate() {
+        for e in 0..2 {
+            let x = &mut sn[2 * half + e];
+            let pr = prob_from_offset(*x, scale_log2, offset);
+            *x = if MASKED {
+                // (Branch-free: the probability of every score, 0 selected for masked ones.)
+                let key = key0 + 8 * nt as u32 + e as u32;
+                if (key < limit) & (key >= begin) { pr } else { 0.0 }
+            } else {
+                pr
+            };
+            let better = *x > best;
+            best = if better { *x } else { best };
+            best_dp = if better { dn[2 * half + e] } else { best_dp };
+        }
+    }
+    (best, best_dp)
 }
 
 /// One query row's inputs to its P and dS: the statistics `[offset, 1/Σ P, pivot, D − pivot]`,
@@ -446,9 +489,10 @@ fn modify_row<const M: u32, const NT: usize>(
 /// P (normalised; 0 where masked) and dS of one row's `NT` 8-key tiles of the lane (elements
 /// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`. Branch-free: every
 /// score's probability (a row without probabilities has `1/Σ P = 0`, and `offset = -inf` where
-/// it saw no key), 0 selected where masked.
+/// it saw no key), 0 selected where masked — only with `MASKED` (without, the caller knows
+/// that the row sees every key of the tiles).
 #[inline(always)]
-fn probs_and_ds<const NT: usize>(
+fn probs_and_ds<const MASKED: bool, const NT: usize>(
     row: &RowCtx,
     sc: &[[f32; 4]; NT],
     dp: &[[f32; 4]; NT],
@@ -462,7 +506,7 @@ fn probs_and_ds<const NT: usize>(
         for e in 0..2 {
             let key = row.key0 + 8 * nt as u32 + e as u32;
             let x = prob_from_offset(sc[nt][2 * half + e], row.scale_log2, offset) * inv;
-            pr[e] = if (key < row.limit) & (key >= row.begin) { x } else { 0.0 };
+            pr[e] = if !MASKED || ((key < row.limit) & (key >= row.begin)) { x } else { 0.0 };
             ds[e] = GradRow::ds(pr[e], dp[nt][2 * half + e], pivot, d_rel);
         }
         store(nt, pr, ds);
@@ -766,7 +810,14 @@ unsafe fn bwd_main<
                         MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
                         _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
                     }
-                    probs_and_ds::<NT1>(&row, scm, dpm, half, store);
+                    // Rows that see all of the warp's keys (no window, before the row's last
+                    // key: all but the diagonal and last key blocks) skip the per-key mask.
+                    let whole = !WIN && shuffle::all(n0 + k0 + 8 * NT1 as u32 <= row.limit);
+                    if whole {
+                        probs_and_ds::<false, NT1>(&row, scm, dpm, half, store);
+                    } else {
+                        probs_and_ds::<true, NT1>(&row, scm, dpm, half, store);
+                    }
                 }
             }
         }
