@@ -368,7 +368,7 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
                     (0, u32::MAX, 0),
                 )
             } else {
-                tile_probs::<WIN, { PBN / 8 }>(
+                tile_probs::<true, { PBN / 8 }>(
                     &mut s,
                     &dp,
                     half,

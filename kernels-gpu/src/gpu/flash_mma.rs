@@ -18,12 +18,9 @@
 //! or the end of the sequence are masked. Causal grids run the longest rows first.
 //!
 //! **Split-KV** (`p.splits > 1`, flash-decoding): when the query tiles alone cannot fill the
-//! GPU, each query tile's key tiles are dealt out to `splits` blocks: in the one-warp decode
-//! instances interleaved (split `s` takes tiles `s, s + splits, …`, so that the splits of a
-//! K/V head stream through neighbouring memory at the same time, as one block walking the
-//! cache would), elsewhere as contiguous ranges. A block finishes its tiles like a whole row
-//! (normalised output, log-sum-exp) but writes them in f32 to the partial buffers; the combine
-//! kernel ([`super::combine`]) merges the splits.
+//! GPU, each query tile's key tiles are cut into `splits` contiguous ranges, one block each.
+//! A block finishes its range like a whole row (normalised output, log-sum-exp) but writes them
+//! in f32 to the partial buffers; the combine kernel ([`super::combine`]) merges the splits.
 
 use super::arch::cp_async;
 use super::arch::global;
@@ -127,19 +124,12 @@ unsafe fn flash_fwd_mma<
         (mask::key_end(row_end, seq.len_q, seq.len_k, causal), 0)
     };
     let free_end = mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k);
-    // This block's key tiles `j_begin, j_begin + stride, … < j_end`: all of them, or its split's
-    // share (possibly none) — every `splits`-th tile in the decode instances (`W == 1`: the
-    // splits of a K/V head then read neighbouring tiles at the same time), a contiguous range
-    // elsewhere.
+    // This block's key tiles: all of them, or its split's share (possibly none).
     let n_tiles = n_end.div_ceil(BN as u32);
     let first = (n_begin / BN as u32).min(n_tiles);
-    let (j_begin, j_end, stride) = if W == 1 {
-        ((first + split).min(n_tiles), n_tiles, splits)
-    } else {
-        let per_split = (n_tiles - first).div_ceil(splits);
-        let j_begin = (first + split * per_split).min(n_tiles);
-        (j_begin, (j_begin + per_split).min(n_tiles), 1)
-    };
+    let per_split = (n_tiles - first).div_ceil(splits);
+    let j_begin = (first + split * per_split).min(n_tiles);
+    let j_end = (j_begin + per_split).min(n_tiles);
 
     // Q and the first K tile.
     // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
@@ -149,10 +139,8 @@ unsafe fn flash_fwd_mma<
             let n0 = j_begin * BN as u32;
             load_tile::<BN, PD, T, PAD>(k_tile, HeadRows::keys(p, &seq, kv_h).paged_if(W == 1, p, z), n0);
             if VS == 2 {
-                // V_j goes to V buffer `slot % 2` (the loop's choice), also for a split's first
-                // tile.
-                let first_slot = if W == 1 { 0 } else { j_begin };
-                let v_tile = k_tile + 2 * (BN * PD) as u32 * (1 + first_slot % 2);
+                // V_j goes to V buffer `j % 2` (the loop's choice), also for a split's first tile.
+                let v_tile = k_tile + 2 * (BN * PD) as u32 * (1 + j_begin % 2);
                 load_tile::<BN, PD, T, PAD>(
                     v_tile,
                     HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
@@ -196,26 +184,21 @@ unsafe fn flash_fwd_mma<
     }
     // The largest |row maximum| for which one FMA per score is accurate (see `softmax`).
     let max_fused = FUSED_LIMIT / p.scale_log2;
-    let mut j = j_begin;
-    // The visited tiles' count: the V buffers alternate by it in the decode instances (whose
-    // stride may be even), by the tile index elsewhere (the same alternation there).
-    let mut visited = 0u32;
-    while j < j_end {
+    for j in j_begin..j_end {
         let n0 = j * BN as u32;
-        let slot = if W == 1 { visited } else { j };
         cp_async::wait::<0>();
         sync_threads(); // K_j (and Q; with two V buffers V_j too) visible to all; every warp is done with V_{j-1}
         // The tile bases, re-read each iteration (an opaque instruction) so that the compiler
         // derives the fragment addresses inside the loop instead of keeping them all live.
         let q_tile = shared::base();
         let k_tile = q_tile + 2 * (BM * PD) as u32;
-        let v_tile = |slot: u32| k_tile + 2 * (BN * PD) as u32 * (1 + slot % VS as u32);
+        let v_tile = |j: u32| k_tile + 2 * (BN * PD) as u32 * (1 + j % VS as u32);
         let (q_rows, k_rows, v_rows) = frag_rows();
         if VS == 1 {
             // SAFETY: as above.
             unsafe {
                 load_tile::<BN, PD, T, PAD>(
-                    v_tile(slot),
+                    v_tile(j),
                     HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
                     n0,
                 )
@@ -252,8 +235,8 @@ unsafe fn flash_fwd_mma<
             cp_async::wait::<0>();
         }
         sync_threads();
-        if j + stride < j_end {
-            let next = n0 + stride * BN as u32;
+        if j + 1 < j_end {
+            let next = n0 + BN as u32;
             // SAFETY: as above.
             unsafe {
                 load_tile::<BN, PD, T, PAD>(
@@ -263,7 +246,7 @@ unsafe fn flash_fwd_mma<
                 );
                 if VS == 2 {
                     load_tile::<BN, PD, T, PAD>(
-                        v_tile(slot + 1),
+                        v_tile(j + 1),
                         HeadRows::values(p, &seq, kv_h).paged_if(W == 1, p, z),
                         next,
                     );
@@ -360,15 +343,13 @@ unsafe fn flash_fwd_mma<
             }
             for dp in 0..DT / 2 {
                 // SAFETY: inside the V tile.
-                let b = unsafe { ldmatrix::x4_trans(v_rows.at(v_tile(slot), ks, dp, chunks)) };
+                let b = unsafe { ldmatrix::x4_trans(v_rows.at(v_tile(j), ks, dp, chunks)) };
                 for mi in 0..MI {
                     E::mma(&mut o[mi][2 * dp], &a[mi], b[0], b[1]);
                     E::mma(&mut o[mi][2 * dp + 1], &a[mi], b[2], b[3]);
                 }
             }
         }
-        j += stride;
-        visited += 1;
     }
     // Every copy has landed (with no key tile at all, Q's copies by other threads may still be in
     // flight into this warp's rows): then the Q tile can be reused.
