@@ -300,8 +300,7 @@ impl BwdConfig {
     }
 
     /// Warps along the queries in `dQ += dS·K`: 16 queries each, the head dim split over the
-    /// rest (on `wgmma` at d = 64 the rest split the keys instead, each adding a partial dQ of
-    /// all the columns: `gpu/flash_bwd.rs`).
+    /// rest.
     pub const fn dq_query_warps(&self) -> u32 {
         BWD_BLOCK_M / 16
     }

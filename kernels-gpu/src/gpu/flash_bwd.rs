@@ -31,12 +31,9 @@
 //! `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
 //! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
 //! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
-//! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; and
-//! `dQ += dS·K` (dS K-major, K MN-major; its own `wgmma` group, issued first, so that its adds
-//! overlap the dV/dK products): at d = 128 warpgroup `w / 4` computes the columns `64·(w / 4)…`
-//! over all the block's keys, at d = 64 (one 64-column panel) a partial of all 64 columns over
-//! its own 64 keys, and both warpgroups add their partials (in deterministic mode warpgroup 0
-//! before warpgroup 1). d = 32 (and sm_80) keep those three products on `mma.sync`.
+//! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
+//! d = 128 also `dQ += dS·K` (its own `wgmma` group, issued first, so that its adds overlap the
+//! dV/dK products). d = 32 (and sm_80) keep those three products on `mma.sync`.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -561,9 +558,8 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 /// 2. `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A operands read transposed from the P and dS tiles),
 ///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
 ///    the warpgroup's 64 keys);
-/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, d = 64/128: on
-///    `wgmma`, issued before 2.; at d = 64 each warpgroup a partial over its own 64 keys, both
-///    added).
+/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, d = 128: on
+///    `wgmma`, issued before 2.).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -604,10 +600,6 @@ unsafe fn bwd_main<
         // `dQ += dS·K` on `wgmma` at d = 128: warpgroup w / 4 computes all 64 queries × the
         // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
         assert!(!(WGMMA && D == 128) || (W == 8 && WQ4 == 4 && NT4 == 8));
-        // At d = 64 the keys are split instead: warpgroup w / 4 computes all 64 queries × all
-        // 64 columns over its own 64 keys (one K panel; warp w the query slab w % 4 of its
-        // warpgroup's partial, 8 column tiles, added apart from the `NT4` tiles of `mma.sync`).
-        assert!(!(WGMMA && D == 64) || (W == 8 && BN == 128 && WQ4 == 4 && PD == 64));
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -633,11 +625,6 @@ unsafe fn bwd_main<
     // sm_90a, d = 128: `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K
     // MN-major from its 64-column panels; warpgroup wg the columns `64·wg…`).
     let qw = WGMMA && D == 128;
-    // sm_90a, d = 64: the same product split by keys (one 64-column panel: a column split would
-    // give each warpgroup N = 32, no 128-byte-swizzle MN-major shape for K): warpgroup wg
-    // computes the partial dQ of all 64 queries × 64 columns over its own keys `64·wg…` (its
-    // dS panel, K rows `64·wg…`), and both warpgroups add their partials.
-    let qk = WGMMA && D == 64;
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -840,8 +827,8 @@ unsafe fn bwd_main<
         }
         sync_threads(); // P and dS visible to every warp
 
-        // (d = 64 and 128 on sm_90a: 3.'s product `dQ = dS·K` issued first, as its own `wgmma`
-        // group, so that its adds can start while dV and dK are still computed.)
+        // (d = 128 on sm_90a: 3.'s product `dQ = dS·K` issued first, as its own `wgmma` group,
+        // so that its adds can start while dV and dK are still computed.)
         #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
         let mut qf = [0.0f32; 32];
         if qw {
@@ -863,26 +850,6 @@ unsafe fn bwd_main<
                     let b = descriptor(k_tile + wg * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
                     // SAFETY: descriptors of the stored (fenced, behind the barrier) dS panels
                     // and the loaded K panels, 1024-byte aligned; the whole warpgroup issues it.
-                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
-                }
-                wgmma::commit();
-            }
-        } else if qk {
-            #[cfg(target_feature = "sm_90a")]
-            {
-                use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
-                let wg = warp_o / 4;
-                // Bytes of one 64-column panel of the K tile (BN rows; the leading offset of its
-                // MN-major descriptor, unused with the one panel at d = 64 but kept valid).
-                let kb = 128 * BN as u32;
-                wgmma::fence();
-                for ks in 0..4 {
-                    // This warpgroup's keys `64·wg + 16·ks…`: 32 bytes into the dS tile's
-                    // 64-key panel wg (K-major A), rows `64·wg + 16·ks…` of the K tile's one
-                    // panel (MN-major B).
-                    let a = descriptor(ds_tile + wg * pb + (32 * ks) as u32, 16, SWIZZLE_ATOM_BYTES);
-                    let b = descriptor(k_tile + (64 * wg + 16 * ks as u32) * 128, kb, SWIZZLE_ATOM_BYTES);
-                    // SAFETY: as the d = 128 product's.
                     unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
                 }
                 wgmma::commit();
@@ -953,16 +920,12 @@ unsafe fn bwd_main<
             }
         }
 
-        // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4 (on
-        //    `wgmma` at d = 64: query slab w % 4 of warpgroup w / 4's partial, all 64 columns).
+        // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4.
         let (qs, cg) = (warp_o % WQ4 as u32, warp_o / WQ4 as u32);
         let c0 = cg * (8 * NT4) as u32;
         let dsr = a_rows(lane_o, 16 * qs, if kvw { 8 } else { pc });
         let (kr, k_off, kch) = col_rows::<BN, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
         let mut acc = [[0.0f32; 4]; NT4];
-        // d = 64 on `wgmma` (`qk`): the warp's rows of its warpgroup's partial, all 64 columns.
-        #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut))]
-        let mut part = [[0.0f32; 4]; 8];
         if qw {
             // The dQ group is done (the dV/dK group, issued after it, may still run).
             #[cfg(target_feature = "sm_90a")]
@@ -970,17 +933,6 @@ unsafe fn bwd_main<
                 wgmma::wait::<1>();
                 wgmma::settle(&mut qf);
                 for (nt, a) in acc.iter_mut().enumerate().take(8) {
-                    *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
-                }
-            }
-        } else if qk {
-            // As at d = 128: register `4·nt + e` is row `16·qs + g + 8·(e / 2)`, column
-            // `8·nt + 2·t4 + e % 2` — the `mma.sync` m16n8 tile nt of query slab qs = w % 4.
-            #[cfg(target_feature = "sm_90a")]
-            {
-                wgmma::wait::<1>();
-                wgmma::settle(&mut qf);
-                for (nt, a) in part.iter_mut().enumerate() {
                     *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
                 }
             }
@@ -1021,29 +973,9 @@ unsafe fn bwd_main<
             let row = m0 + 16 * qs + g + 8 * half;
             (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
         };
-        if qk {
-            // Each warpgroup adds its partial: columns 0.. of the warp's rows (its 8 tiles, those
-            // below d), so every address gets two adds a step, one per warpgroup. Their order
-            // decides the last bits ((a + x) + y is not (a + y) + x), so in deterministic mode
-            // warpgroup 0 adds first, then a barrier (the reductions before it are performed
-            // for the whole block), then warpgroup 1; otherwise in any order, no barrier.
-            let ordered = bp.locks != 0;
-            let wg = warp_o / 4;
-            for turn in 0..1 + ordered as u32 {
-                if turn > 0 {
-                    sync_threads();
-                }
-                // (A warp out of turn adds no tile; one copy of the adds for both turns.)
-                let tiles = if !ordered || wg == turn { d / 8 } else { 0 };
-                // SAFETY: the bases address columns `8·nt + …` < d of rows < len_q of the
-                // accumulator (host sizing), aligned as `add_tiles` needs.
-                unsafe { add_tiles(&part, tiles, t4, &row_base) };
-            }
-        } else {
-            // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
-            // accumulator (host sizing), aligned as `add_tiles` needs.
-            unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
-        }
+        // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
+        // accumulator (host sizing), aligned as `add_tiles` needs.
+        unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
         if bp.locks != 0 {
             // Every thread's adds are done (the barrier), then the next key tile's turn.
             sync_threads();
