@@ -317,11 +317,20 @@ impl BwdConfig {
             + 2 * 16 * BWD_BLOCK_M
     }
 
-    /// Shared memory of the preprocessing kernel: Q and dO tiles, and two stages of K and V
-    /// tiles ([`BWD_PREP_BLOCK_N`] rows); with `wgmma`, the slack of
-    /// [`BwdConfig::shared_bytes`].
+    /// Stages of K and V tiles in the preprocessing kernel: one on `wgmma` at tile rows of 128
+    /// elements or more (d > 64: three blocks of 65 KiB share an SM instead of two of 97 KiB,
+    /// the kernel being issue-bound at 8 warps per SM; the next tile's copies then overlap only
+    /// the probabilities), two otherwise.
+    pub const fn prep_stages(&self, wgmma: bool) -> u32 {
+        if wgmma && self.pitch() >= 128 { 1 } else { 2 }
+    }
+
+    /// Shared memory of the preprocessing kernel: Q and dO tiles, and
+    /// [`BwdConfig::prep_stages`] stages of K and V tiles ([`BWD_PREP_BLOCK_N`] rows); with
+    /// `wgmma`, the slack of [`BwdConfig::shared_bytes`].
     pub const fn prep_shared_bytes(&self, wgmma: bool) -> u32 {
-        wgmma_slack(wgmma) + 2 * self.pitch() * (2 * BWD_BLOCK_M + 4 * BWD_PREP_BLOCK_N)
+        wgmma_slack(wgmma)
+            + 2 * self.pitch() * (2 * BWD_BLOCK_M + 2 * self.prep_stages(wgmma) * BWD_PREP_BLOCK_N)
     }
 
     /// Whether this instance runs head dim `d`.

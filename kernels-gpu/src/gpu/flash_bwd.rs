@@ -175,8 +175,10 @@ fn b_rows(lane: u32, chunks: u32) -> FragRows {
 /// accumulator buffers of `bp.attn.partial_rows` rows; launch with [`PT`] threads and
 /// [`BwdConfig::prep_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
-unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: bool>(bp: &BwdParams) {
-    const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32)) };
+unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const PS: usize, const WIN: bool>(
+    bp: &BwdParams,
+) {
+    const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32) && (PS == 1 || PS == 2)) };
     // On `wgmma`: the block is one warpgroup, its scores one 64 × 64 product a tile.
     const { assert!(!WGMMA || (PT == 128 && BM == 64 && PBN == 64)) };
     let p = &bp.attn;
@@ -209,7 +211,8 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
     let tile_bytes = |rows: usize| 2 * (rows * PD) as u32;
     let q_tile = tiles_base();
     let do_tile = q_tile + tile_bytes(BM);
-    // Two stages of (K, V).
+    // `PS` stages of (K, V) ([`BwdConfig::prep_stages`]): with two, tile j+1 streams in during
+    // tile j's products and probabilities; with one, during its probabilities only.
     let k_tile = |stage: u32| do_tile + tile_bytes(BM) + stage * 2 * tile_bytes(PBN);
     let row_end = (m0 + BM as u32).min(seq.len_q);
     let (n_end, n_begin) = if WIN {
@@ -230,12 +233,12 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
         if first < n_tiles {
             let n0 = first * PBN as u32;
             load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
-                k_tile(first % 2),
+                k_tile(first % PS as u32),
                 HeadRows::keys(p, &seq, kv_h),
                 n0,
             );
             load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
-                k_tile(first % 2) + tile_bytes(PBN),
+                k_tile(first % PS as u32) + tile_bytes(PBN),
                 HeadRows::values(p, &seq, kv_h),
                 n0,
             );
@@ -285,8 +288,9 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
             wgmma::fence_proxy_async_shared();
         }
         sync_threads(); // K_j, V_j (and Q, dO) visible; every warp is done with stage j+1's last use
-        if j + 1 < n_tiles {
-            let next = k_tile((j + 1) % 2);
+        // Issues tile j+1's copies into its stage.
+        let load_next = || {
+            let next = k_tile((j + 1) % PS as u32);
             // SAFETY: as above.
             unsafe {
                 load_tile_in::<PBN, PD, PT, PAD_CHUNKS, WGMMA>(
@@ -300,9 +304,12 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
                     n0 + PBN as u32,
                 );
             }
+        };
+        if PS == 2 && j + 1 < n_tiles {
+            load_next();
         }
         cp_async::commit();
-        let kt = k_tile(j % 2);
+        let kt = k_tile(j % PS as u32);
         let vt = kt + tile_bytes(PBN);
         #[cfg(not(target_feature = "sm_90a"))]
         let (ar, br) = {
@@ -336,6 +343,15 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const WIN: 
                 E::mma(&mut dp[2 * np], &ado, bv[0], bv[1]);
                 E::mma(&mut dp[2 * np + 1], &ado, bv[2], bv[3]);
             }
+        }
+        if PS == 1 {
+            // Every warp has read K_j and V_j (the `wgmma` group waited for, or the `ldmatrix`
+            // results used): tile j+1 may overwrite the one stage, under the probabilities.
+            sync_threads();
+            if j + 1 < n_tiles {
+                load_next();
+            }
+            cp_async::commit();
         }
         if WIN {
             // Softcap and ALiBi (problems that have them): the scores become logits.
@@ -1203,7 +1219,15 @@ macro_rules! bwd_entries {
             #[unsafe(export_name = crate::bwd_kernel_name!(prep, $dt, $d, $w, $b, $win))]
             pub unsafe extern "ptx-kernel" fn entry_prep(p: BwdParams) {
                 // SAFETY: forwarded contract.
-                unsafe { bwd_prep::<$elem, { C.head_dim as usize }, { C.pitch() as usize }, { C.window == 1 }>(&p) }
+                unsafe {
+                    bwd_prep::<
+                        $elem,
+                        { C.head_dim as usize },
+                        { C.pitch() as usize },
+                        { C.prep_stages(WGMMA) as usize },
+                        { C.window == 1 },
+                    >(&p)
+                }
             }
         };
     };
