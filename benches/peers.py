@@ -107,6 +107,9 @@ def parse_args():
     p.add_argument("--run-id", default="")
     p.add_argument("--commit", default="")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--layout", choices=["bhsd", "bshd"], default=None,
+                   help="memory order of Q, K, V, dO: bhsd (the default, SDPA's own) or bshd, made as "
+                        "(B, N, H, d) tensors and passed as their (B, H, N, d) transposed views")
     p.add_argument("--ref-max-pairs", type=float, default=float(16384 * 16384),
                    help="largest Nq*Nk for which one (batch, head) slice is checked against f32 math")
     a = p.parse_args()
@@ -408,6 +411,8 @@ def main():
             base["softcap"] = cap
         if alibi:
             base["alibi"] = True
+        if args.layout is not None:
+            base["layout"] = args.layout
         if KV != H and (KV <= 0 or H % KV != 0):
             for _, row in each_row(base, backends):
                 write(dict(row, status="invalid", message=f"{H} query heads are not a multiple of {KV} K/V heads"))
@@ -421,11 +426,17 @@ def main():
             continue
         try:
             gen = torch.Generator(device=dev).manual_seed(zlib.crc32(s["key"].encode()))
-            q = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen)
-            k = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
-            v = torch.randn((B, KV, Nk, d), dtype=dtype, device=dev, generator=gen)
+            def draw(heads, n):
+                """A (B, heads, n, d) tensor in the run's memory order."""
+                if args.layout == "bshd":
+                    x = torch.randn((B, n, heads, d), dtype=dtype, device=dev, generator=gen)
+                    return x.transpose(1, 2)
+                return torch.randn((B, heads, n, d), dtype=dtype, device=dev, generator=gen)
+            q = draw(H, Nq)
+            k = draw(KV, Nk)
+            v = draw(KV, Nk)
             # The backward's upstream gradient, drawn after Q, K, V (which stay as without it).
-            d_o = torch.randn((B, H, Nq, d), dtype=dtype, device=dev, generator=gen) if backward else None
+            d_o = draw(H, Nq) if backward else None
         except torch.cuda.OutOfMemoryError as e:
             for _, row in each_row(base, backends):
                 write(dict(row, status="oom", message=f"inputs: {e}"[:500]))

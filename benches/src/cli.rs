@@ -75,6 +75,25 @@ pub enum CompleteArg {
     None,
 }
 
+/// Memory order of Q, K, V and O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// `(B, N, H, d)`: tokens outer, heads inner (FlashAttention's and the K/V caches' order).
+    Bshd,
+    /// `(B, H, N, d)`: PyTorch's SDPA order, each head's rows contiguous.
+    Bhsd,
+}
+
+impl LayoutArg {
+    /// The name in records and in the peers script's `--layout`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayoutArg::Bshd => "bshd",
+            LayoutArg::Bhsd => "bhsd",
+        }
+    }
+}
+
 /// `run`'s flags.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -144,6 +163,11 @@ pub struct RunArgs {
     /// other rows say unsupported); with --peers, PyTorch's backends run the same passes.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd")]
     pub pass: Vec<Pass>,
+    /// Memory order of the tensors, ours and (with --peers) PyTorch's, so that both read the same
+    /// layout. Without it ours are (B, N, H, d) and the peers' (B, H, N, d), each its native
+    /// order. Varlen rows are packed by tokens either way.
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
     /// Which shapes get upload/layout/launch-overhead/download measurements.
     #[arg(long, value_enum, default_value_t = CompleteArg::Preset)]
     pub complete_path: CompleteArg,

@@ -30,7 +30,7 @@ use flashattn_testkit::tolerance;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::cli::{Check, OneArgs, RunArgs};
+use crate::cli::{Check, LayoutArg, OneArgs, RunArgs};
 use crate::inputs::{PoolElem, Pools, SLACK, grad_offset, window_offsets};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
@@ -316,7 +316,8 @@ impl<'a> GpuRunner<'a> {
         let backward_passes: Vec<Pass> = passes.iter().copied().filter(|&p| p != Pass::Fwd).collect();
         let all_passes: Vec<Pass> =
             wants_fwd.then_some(Pass::Fwd).into_iter().chain(backward_passes.clone()).collect();
-        let base = base_row(case, "gpu", self.info);
+        let mut base = base_row(case, "gpu", self.info);
+        base.layout = self.args.layout.map(|l| l.name().to_string());
         let validated = models::problem(shape).and_then(|p| Ok((p, models::options(shape)?)));
         let (problem, base_opts) = match validated {
             Ok(p) => p,
@@ -325,7 +326,7 @@ impl<'a> GpuRunner<'a> {
                 return Ok(Flow::Continue);
             }
         };
-        let layouts = Layouts::new(shape, false);
+        let layouts = Layouts::new(shape, self.args.layout == Some(LayoutArg::Bhsd));
         let (lq, lk) = layouts.lens();
         let e = shape.dtype.size_bytes() as u64;
         let input_bytes = (lq as u64 + 2 * lk as u64) * e;

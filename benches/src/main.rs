@@ -166,6 +166,7 @@ fn run(args: &RunArgs) -> Result<(), String> {
             run_id: &info.run_id,
             commit: &info.commit,
             passes: &args.passes(),
+            layout: args.layout,
         };
         eprintln!("flashattn-bench: running the PyTorch peers");
         match peers::run(&cfg, &cases) {

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
+use crate::cli::LayoutArg;
 use crate::models;
 use crate::record::PEERS_FILE;
 use crate::shapes::{Case, Pass};
@@ -120,6 +121,8 @@ pub struct PeerRun<'a> {
     pub commit: &'a str,
     /// The passes to time (the run's `--pass`).
     pub passes: &'a [Pass],
+    /// The tensors' memory order (the run's `--layout`); `None`: the script's own, (B, H, N, d).
+    pub layout: Option<LayoutArg>,
 }
 
 /// The script's arguments after its path. `--passes` only when a pass other than the forward is
@@ -139,6 +142,9 @@ pub fn script_args(cfg: &PeerRun<'_>, shapes_path: &Path) -> Vec<String> {
         "--commit".to_string(),
         cfg.commit.to_string(),
     ];
+    if let Some(l) = cfg.layout {
+        a.extend(["--layout".to_string(), l.name().to_string()]);
+    }
     if cfg.passes.iter().any(|&p| p != Pass::Fwd) {
         let names: Vec<&str> = cfg.passes.iter().map(|p| p.name()).collect();
         a.extend(["--passes".to_string(), names.join(",")]);
@@ -265,6 +271,7 @@ mod tests {
             run_id: "id",
             commit: "c",
             passes,
+            layout: None,
         };
         let fwd = script_args(&cfg(&[Pass::Fwd]), Path::new("/r/s.json"));
         assert_eq!(fwd[..4], ["--shapes", "/r/s.json", "--out", "/r/peers.jsonl"]);
@@ -273,6 +280,10 @@ mod tests {
         assert_eq!(all[all.len() - 2..], ["--passes", "fwd,bwd,fwd+bwd"]);
         let bwd = script_args(&cfg(&[Pass::Bwd]), Path::new("/r/s.json"));
         assert_eq!(bwd[bwd.len() - 2..], ["--passes", "bwd"]);
+        assert!(!bwd.contains(&"--layout".to_string()), "the script's own order unless asked");
+        let bshd =
+            script_args(&PeerRun { layout: Some(LayoutArg::Bshd), ..cfg(&[Pass::Fwd]) }, Path::new("/s"));
+        assert_eq!(bshd[bshd.len() - 2..], ["--layout", "bshd"]);
         // The script knows the flag and the pass names.
         let script = std::fs::read_to_string(locate(None).unwrap()).unwrap();
         for want in [

@@ -282,6 +282,10 @@ pub struct Row {
     pub bytes_model: Option<f64>,
     /// Bytes of every input and output once.
     pub bytes_compulsory: Option<f64>,
+    /// Memory order of the timed tensors (`bshd`, `bhsd`) where the run chose one (`--layout`);
+    /// absent otherwise (ours `bshd`, the peers' `bhsd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
     /// `bytes_model / median time`, GB/s.
     pub bandwidth_gbs: Option<f64>,
     /// `flops / bytes_model`, FLOP/byte.
