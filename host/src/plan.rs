@@ -8,8 +8,8 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    WGMMA_CONFIGS, bwd_default, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find, mma_window,
-    wgmma_default, wgmma_masked, wgmma_softcap,
+    WGMMA_CONFIGS, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
+    mma_window, wgmma_default, wgmma_masked, wgmma_softcap,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -1192,6 +1192,16 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
     })
 }
 
+/// The tiles of every backward instance of `BWD_CONFIGS[index]`'s head dim and window kind.
+fn bwd_tiles(index: usize) -> Vec<(u32, u32)> {
+    let b = BWD_CONFIGS[index];
+    BWD_CONFIGS
+        .iter()
+        .filter(|c| c.head_dim == b.head_dim && c.window == b.window)
+        .map(|c| (BWD_BLOCK_M, c.block_n()))
+        .collect()
+}
+
 /// The GPU backward pass's plan: the preprocessing, main and dQ-conversion kernels of the
 /// backward instance for the head dim (`kernels-gpu/src/gpu/flash_bwd.rs`). Runs f16 and bf16,
 /// head dims that are multiples of 8 up to the largest backward instance, 16-byte rows for all
@@ -1228,6 +1238,13 @@ pub fn plan_backward(
         let supported = BWD_CONFIGS.iter().map(|c| c.head_dim).collect();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
+    // A tile override may name another instance of the head dim (same window kind).
+    let index = match opts.tiles.block_n {
+        Some(n) if n != BWD_CONFIGS[index].block_n() as usize => {
+            u32::try_from(n).ok().and_then(|n| bwd_find(index, n)).unwrap_or(index)
+        }
+        _ => index,
+    };
     let config = BWD_CONFIGS[index];
     let inputs = [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())];
     for (tensor, l) in inputs.into_iter().chain(layouts) {
@@ -1245,7 +1262,7 @@ pub fn plan_backward(
         return Err(tile_error(
             method,
             opts.tiles,
-            TileError::NotInstantiated { head_dim: d, available: vec![tiles] },
+            TileError::NotInstantiated { head_dim: d, available: bwd_tiles(index) },
         ));
     }
     let limit = props.max_shared_per_block;

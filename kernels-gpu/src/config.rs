@@ -392,6 +392,25 @@ pub const fn bwd_window(head_dim: u32) -> Option<usize> {
     bwd_smallest(head_dim, 1)
 }
 
+/// Index of the backward instance with `block_n` keys a block among those of the head dim and
+/// window kind of `BWD_CONFIGS[base]` (the instance [`bwd_default`] or [`bwd_window`] picked):
+/// a tile override's choice.
+pub const fn bwd_find(base: usize, block_n: u32) -> Option<usize> {
+    if base >= BWD_CONFIGS.len() {
+        return None;
+    }
+    let b = BWD_CONFIGS[base];
+    let mut i = 0;
+    while i < BWD_CONFIGS.len() {
+        let c = BWD_CONFIGS[i];
+        if c.head_dim == b.head_dim && c.window == b.window && c.block_n() == block_n {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
 const fn bwd_smallest(head_dim: u32, window: u32) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut i = 0;

@@ -206,8 +206,10 @@ macro_rules! wgmma_kernel_name {
     };
 }
 
-/// Calls `$m!` with the backward's instances, one `(head_dim, warps, min_blocks)` group each
-/// ([`crate::config::BwdConfig`]; all padded).
+/// Calls `$m!` with the backward's instances, one `(head_dim, warps, min_blocks, window)` group
+/// each ([`crate::config::BwdConfig`]; all padded). The first of a head dim and window kind is
+/// its default; later ones are variants a tile override selects (`bwd_find`): d = 64 with one
+/// warpgroup and 64 keys a block, two blocks an SM (NOTES b17).
 #[macro_export]
 macro_rules! for_each_bwd_instance {
     ($m:ident $(, $arg:tt)*) => {
@@ -218,13 +220,16 @@ macro_rules! for_each_bwd_instance {
             (32, 4, 3, 1)
             (64, 8, 1, 1)
             (128, 8, 1, 1)
+            (64, 4, 2, 0)
         }
     };
 }
 
 /// The entry names of one backward instance: the main kernel
 /// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
-/// `flash_bwd_prep_{dtype}_d{head_dim}`, with `_win` appended for a sliding-window instance.
+/// `flash_bwd_prep_{dtype}_d{head_dim}_w{warps}` (its code depends on the head dim alone; the
+/// name follows the instance so that variants of a head dim export distinct entries), with `_win`
+/// appended for a sliding-window instance.
 #[macro_export]
 macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
@@ -234,10 +239,10 @@ macro_rules! bwd_kernel_name {
         concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_win")
     };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
-        concat!("flash_bwd_prep_", $dt, "_d", $d)
+        concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w)
     };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
-        concat!("flash_bwd_prep_", $dt, "_d", $d, "_win")
+        concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_win")
     };
 }
 

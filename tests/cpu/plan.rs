@@ -521,6 +521,19 @@ fn backward_plans_and_refusals() {
         plan_backward(&h200, DType::BF16, &problem(l, l, &tiles), &tiles, layouts),
         Err(InvalidInput::Tiles { .. })
     ));
+    // A tile override naming another instance of the head dim takes it (d = 64: 64 keys a block,
+    // one warpgroup); one naming no instance is refused with the ones there are.
+    let variant =
+        AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(64) }, ..Default::default() };
+    let p = plan_backward(&h200, DType::BF16, &problem(l, l, &variant), &variant, layouts).unwrap();
+    assert!(matches!(&p.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w4_b2")), "{p}");
+    assert_eq!((p.launches[1].threads, p.tiles), (128, Some((64, 64))), "{p}");
+    let none =
+        AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(32) }, ..Default::default() };
+    match plan_backward(&h200, DType::BF16, &problem(l, l, &none), &none, layouts) {
+        Err(InvalidInput::Tiles { .. }) => {}
+        other => panic!("expected a tile refusal, got {other:?}"),
+    }
     // Keys but no queries: only the main kernel (dK = dV = 0); queries but no keys: no main kernel.
     let (q0, k1) = (Layout::bshd(1, 0, 2, 64), Layout::bshd(1, 10, 2, 64));
     let lay = [("d_o", &q0), ("dq", &q0), ("dk", &k1), ("dv", &k1)];

@@ -4,9 +4,11 @@
 //! poisoned with NaN before the launch, every addressed element is checked, every element no
 //! layout addresses must still be NaN, and rows that see no key must have dQ exactly 0.
 
+use flashattn::kernels::config::{BWD_CONFIGS, bwd_default, bwd_window};
+use flashattn::kernels::params::BWD_BLOCK_M;
 use flashattn::{
     AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, InvalidInput, Method,
-    Problem, Reason, bf16, f16,
+    Problem, Reason, Tiles, bf16, f16,
 };
 use flashattn_testkit::grad::{
     attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
@@ -233,6 +235,20 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
                 if i == 1 {
                     s.scale = Some(0.5);
                 }
+                specs.push(s);
+            }
+        }
+    }
+    // The variants a tile override selects (instances after the first of their head dim): the
+    // edge shapes of a head dim they run, and d = 64's two-block variant on one of 40.
+    for (i, c) in BWD_CONFIGS.iter().enumerate() {
+        let default = if c.window == 1 { bwd_window(c.head_dim) } else { bwd_default(c.head_dim) };
+        if default == Some(i) || c.head_dim as usize > max_head_dim() {
+            continue;
+        }
+        for d in [c.head_dim as usize, c.head_dim as usize - 24] {
+            for mut s in edge_specs(d, (Bshd, Aligned)) {
+                s.tiles = Tiles { block_m: Some(BWD_BLOCK_M as usize), block_n: Some(c.block_n() as usize) };
                 specs.push(s);
             }
         }
