@@ -521,13 +521,19 @@ fn backward_plans_and_refusals() {
         plan_backward(&h200, DType::BF16, &problem(l, l, &tiles), &tiles, layouts),
         Err(InvalidInput::Tiles { .. })
     ));
-    // A tile override naming another instance of the head dim takes it (d = 64: 64 keys a block,
-    // one warpgroup); one naming no instance is refused with the ones there are.
+    // A tile override naming another instance of the head dim takes it (d = 64: 128 keys a
+    // block, two warpgroups; the default has 64 and one); one naming no instance is refused.
+    let plain = AttentionOptions::default();
+    let default = plan_backward(&h200, DType::BF16, &problem(l, l, &plain), &plain, layouts).unwrap();
+    assert!(
+        matches!(&default.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w4_b2")),
+        "{default}"
+    );
     let variant =
-        AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(64) }, ..Default::default() };
+        AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(128) }, ..Default::default() };
     let p = plan_backward(&h200, DType::BF16, &problem(l, l, &variant), &variant, layouts).unwrap();
-    assert!(matches!(&p.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w4_b2")), "{p}");
-    assert_eq!((p.launches[1].threads, p.tiles), (128, Some((64, 64))), "{p}");
+    assert!(matches!(&p.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w8_b1")), "{p}");
+    assert_eq!((p.launches[1].threads, p.tiles), (256, Some((64, 128))), "{p}");
     let none =
         AttentionOptions { tiles: Tiles { block_m: Some(64), block_n: Some(32) }, ..Default::default() };
     match plan_backward(&h200, DType::BF16, &problem(l, l, &none), &none, layouts) {

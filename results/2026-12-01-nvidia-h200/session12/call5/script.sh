@@ -7,7 +7,7 @@ set -uo pipefail
 R=/tmp/res; rm -rf $R; mkdir -p $R
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
-left() { echo $(( 520 - ($(date +%s) - start) )); }
+left() { echo $(( 470 - ($(date +%s) - start) )); }
 python3 -c "import tarfile; tarfile.open('.gpu/new.txz').extractall('/tmp/b')"
 cp .gpu/peers-fast.py /tmp/b/bundle/bin/
 cd /tmp/b/bundle; cat COMMIT
