@@ -89,13 +89,15 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
     let mut out: DeviceBuffer<T> = dev.alloc(case.out_len()).map_err(e2s)?;
     let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
     dev.fill_nan(&mut out).map_err(e2s)?;
+    // (A tile override names a backward instance: the forward runs its own default tiles.)
+    let forward_opts = AttentionOptions { tiles: Default::default(), ..opts.clone() };
     dev.attention(
         q.view(*p.q()),
         k.view(*p.k()),
         v.view(*p.v()),
         out.view_mut(*p.o()),
         Some(&mut lse),
-        &opts,
+        &forward_opts,
     )
     .map_err(|e| format!("forward: {e}\n{case}"))?;
     // dO: random where O is addressed, NaN elsewhere (a kernel that reads past the layout
