@@ -949,7 +949,9 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
             if plan.method != Method::FlashTensorCore {
                 return Err(format!("a paged cache case planned as {plan}:\n{case}"));
             }
-            if !run_and_check(dev, &case, Method::Auto)? {
+            let first = run_and_check(dev, &case, Method::Auto)
+                .map_err(|e| format!("paged cache, page {page}, first call with its table:\n{e}"))?;
+            if !first {
                 return Err(format!("Auto refused a paged cache case:\n{case}"));
             }
             if d == dims[0] {
@@ -961,8 +963,12 @@ fn paged_cache<T: Element>(dev: &Device) -> Result<(), String> {
                 let other = contiguous
                     .paged(other, b * ppe + spare)
                     .map_err(|e| format!("building a paged case: {e}"))?;
-                for c in [&case, &other, &case] {
-                    if !run_and_check(dev, c, Method::Auto)? {
+                for (i, c) in [&case, &other, &case].into_iter().enumerate() {
+                    let run = run_and_check(dev, c, Method::Auto).map_err(|e| {
+                        let which = ["the same table again", "another table", "the first table again"][i];
+                        format!("paged cache, page {page}, {which}:\n{e}")
+                    })?;
+                    if !run {
                         return Err(format!("Auto refused a paged cache case:\n{c}"));
                     }
                 }

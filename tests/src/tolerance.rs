@@ -167,6 +167,9 @@ pub struct OutputErrors {
     pub worst: Option<OutputElement>,
     /// The first element that is NaN or infinite, if any.
     pub non_finite: Option<OutputElement>,
+    /// How many elements are NaN or infinite, and the last of them (with the first: how far
+    /// the damage reaches).
+    pub non_finite_count: (usize, Option<OutputElement>),
     /// The first element of a row that sees no key that is not exactly 0, if any.
     pub masked_nonzero: Option<OutputElement>,
 }
@@ -194,7 +197,13 @@ impl OutputErrors {
     /// passes.
     pub fn failure(&self, dtype: DType) -> Option<(OutputElement, String)> {
         if let Some(w) = self.non_finite {
-            return Some((w, "output is not finite (NaN or infinite: unwritten, or overflowed)".into()));
+            let (n, last) = self.non_finite_count;
+            let last = last.map_or(String::new(), |l| format!("; the last at index {} {:?}", l.index, l.coord));
+            let why = format!(
+                "output is not finite (NaN or infinite: unwritten, or overflowed) in {n} of {} elements{last}",
+                self.elements
+            );
+            return Some((w, why));
         }
         if let Some(w) = self.masked_nonzero {
             return Some((w, "output of a row that sees no key is not 0".into()));
@@ -228,6 +237,7 @@ impl Accumulator {
             elements: 0,
             worst: None,
             non_finite: None,
+            non_finite_count: (0, None),
             masked_nonzero: None,
         };
         Accumulator { e, atol_half: 0.0 }
@@ -242,6 +252,7 @@ impl Accumulator {
         let err = (value - reference).abs();
         if !value.is_finite() {
             e.non_finite.get_or_insert(at);
+            e.non_finite_count = (e.non_finite_count.0 + 1, Some(at));
         } else if e.worst.is_none() || err > e.err {
             e.err = err;
             e.worst = Some(at);
