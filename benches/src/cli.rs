@@ -75,6 +75,25 @@ pub enum CompleteArg {
     None,
 }
 
+/// What a GPU backward row starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BwdFromArg {
+    /// A training forward's saved state (its residuals where the kernel keeps them).
+    Residuals,
+    /// The forward's log-sum-exp.
+    Lse,
+}
+
+impl BwdFromArg {
+    /// The name rows record.
+    pub fn name(self) -> &'static str {
+        match self {
+            BwdFromArg::Residuals => "residuals",
+            BwdFromArg::Lse => "lse",
+        }
+    }
+}
+
 /// Memory order of Q, K, V and O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LayoutArg {
@@ -163,6 +182,13 @@ pub struct RunArgs {
     /// other rows say unsupported); with --peers, PyTorch's backends run the same passes.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd")]
     pub pass: Vec<Pass>,
+    /// What a GPU backward row starts from: `residuals`, a training forward's saved state
+    /// (`Device::attention_for_backward`, then `Device::attention_backward_saved`: the backward
+    /// skips its pass over the keys where the forward's kernel kept its residuals — the Hopper
+    /// kernel's plain instances), or `lse`, the forward's log-sum-exp alone
+    /// (`Device::attention` and `Device::attention_backward`).
+    #[arg(long, value_enum, default_value_t = BwdFromArg::Residuals)]
+    pub bwd_from: BwdFromArg,
     /// Memory order of the tensors, ours and (with --peers) PyTorch's, so that both read the same
     /// layout. Without it ours are (B, N, H, d) and the peers' (B, H, N, d), each its native
     /// order. Varlen rows are packed by tokens either way.

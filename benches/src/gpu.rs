@@ -23,14 +23,14 @@ use std::time::Instant;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use flashattn::{
     AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, GpuTimer, InvalidInput,
-    Method, Plan, Problem, bf16, f16,
+    Method, Plan, Problem, SavedForBackward, bf16, f16,
 };
 use flashattn_testkit::oracle::{self, RowsReference};
 use flashattn_testkit::tolerance;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::cli::{Check, LayoutArg, OneArgs, RunArgs};
+use crate::cli::{BwdFromArg, Check, LayoutArg, OneArgs, RunArgs};
 use crate::inputs::{PoolElem, Pools, SLACK, grad_offset, window_offsets};
 use crate::meta::RunInfo;
 use crate::models::{self, Layouts};
@@ -81,6 +81,9 @@ struct Grads<T> {
     dq: DeviceBuffer<T>,
     dk: DeviceBuffer<T>,
     dv: DeviceBuffer<T>,
+    /// A training forward's saved state (`--bwd-from residuals`), from which the backward runs
+    /// instead of the set's log-sum-exp.
+    saved: Option<SavedForBackward<T>>,
 }
 
 /// The status a failed call gets, and the bytes it needed when it ran out of memory.
@@ -171,6 +174,12 @@ fn variant_options(base: &AttentionOptions, v: &Variant, splits: Option<usize>) 
 pub fn grads_bytes(l: &Layouts, elem: usize) -> u64 {
     let (lq, lk) = l.lens();
     2 * (lq + lk) as u64 * elem as u64
+}
+
+/// Bytes of a [`SavedForBackward`] for the layouts (O's residual, the log-sum-exp and two f32 a
+/// row).
+fn saved_bytes(l: &Layouts, elem: usize, lse_len: usize) -> u64 {
+    l.lens().0 as u64 * elem as u64 + 12 * lse_len as u64
 }
 
 /// The row of a variant before it runs.
@@ -278,10 +287,13 @@ impl<'a> GpuRunner<'a> {
         &self,
         l: &Layouts,
         sets: usize,
+        lse_len: usize,
         rng: &mut SmallRng,
     ) -> flashattn::Result<Vec<Grads<T>>> {
         let (lq, lk) = l.lens();
-        let bytes = grads_bytes(l, size_of::<T>());
+        let residuals = self.args.bwd_from == BwdFromArg::Residuals;
+        let bytes = grads_bytes(l, size_of::<T>())
+            + if residuals { saved_bytes(l, size_of::<T>(), lse_len) } else { 0 };
         let free = self.dev.memory_info().map(|m| m.0).unwrap_or(0);
         let fit = ((free / 4) / bytes.max(1)).max(1) as usize;
         let mut out = Vec::new();
@@ -292,6 +304,7 @@ impl<'a> GpuRunner<'a> {
                     dq: self.dev.alloc::<T>(lq)?,
                     dk: self.dev.alloc::<T>(lk)?,
                     dv: self.dev.alloc::<T>(lk)?,
+                    saved: if residuals { Some(self.dev.alloc_saved::<T>(l.o, lse_len)?) } else { None },
                 })
             })();
             match g {
@@ -440,7 +453,7 @@ impl<'a> GpuRunner<'a> {
         if backward_passes.is_empty() {
             return Ok(Flow::Continue);
         }
-        let mut grads = match self.alloc_grads::<T>(&layouts, sets.len(), &mut rng) {
+        let mut grads = match self.alloc_grads::<T>(&layouts, sets.len(), problem.lse_len(), &mut rng) {
             Ok(g) => g,
             Err(err) => {
                 let (status, needed) = classify(&err);
@@ -484,7 +497,19 @@ impl<'a> GpuRunner<'a> {
         grads: &mut [Grads<T>],
     ) -> bool {
         let layouts = [("d_o", &l.o), ("dq", &l.q), ("dk", &l.k), ("dv", &l.k)];
-        let bwd = match flashattn::plan_backward(self.dev.props(), T::DTYPE, problem, opts, layouts) {
+        let from_saved = self.args.bwd_from == BwdFromArg::Residuals;
+        row.bwd_from = Some(self.args.bwd_from.name().to_string());
+        // (From a training forward's saved state, the backward reads its residuals where the
+        // forward's plan keeps them.)
+        let props = self.dev.props();
+        let residuals = from_saved
+            && flashattn::plan_for_backward(props, T::DTYPE, problem, opts).is_ok_and(|p| p.residuals);
+        let planned = if residuals {
+            flashattn::plan_backward_from_residuals(props, T::DTYPE, problem, opts, layouts)
+        } else {
+            flashattn::plan_backward(props, T::DTYPE, problem, opts, layouts)
+        };
+        let bwd = match planned {
             Ok(p) => p,
             Err(err) => {
                 fail(row, &Error::InvalidInput(err));
@@ -495,7 +520,12 @@ impl<'a> GpuRunner<'a> {
         row.kernel = Some(bwd.kernel().to_string());
         row.extra_bytes_plan = Some(bwd.scratch_bytes);
         if pass == Pass::FwdBwd {
-            let fwd = match self.dev.plan::<T>(problem, opts) {
+            let planned = if from_saved {
+                flashattn::plan_for_backward(props, T::DTYPE, problem, opts).map_err(Error::InvalidInput)
+            } else {
+                self.dev.plan::<T>(problem, opts)
+            };
+            let fwd = match planned {
                 Ok(p) => p,
                 Err(err) => {
                     fail(row, &err);
@@ -506,10 +536,10 @@ impl<'a> GpuRunner<'a> {
             // The forward's scratch is freed (in stream order) before the backward allocates its own.
             row.extra_bytes_plan = Some(fwd.scratch_bytes.max(bwd.scratch_bytes));
         } else {
-            // O and the log-sum-exp of every input set, once, untimed.
-            let mut fwd = Calls::new(self.dev, Pass::Fwd, sets, &mut [], opts, l);
+            // O and the log-sum-exp (or the saved state) of every input set, once, untimed.
+            let mut fwd = Calls::new(self.dev, Pass::Fwd, sets, grads, opts, l);
             let r = (0..fwd.len())
-                .try_for_each(|i| fwd.on(i, &l).map(drop))
+                .try_for_each(|i| fwd.forward(i, &l).map(drop))
                 .and_then(|()| self.dev.synchronize());
             if let Err(err) = r {
                 fail(row, &err);
@@ -676,39 +706,41 @@ impl<'c, T: PoolElem> Calls<'c, T> {
     }
 
     /// One call on set `i mod len` with layouts `l`: the forward, the backward (given the set's
-    /// O and log-sum-exp), or both; the plan of the last.
+    /// O and log-sum-exp, or its saved state), or both; the plan of the last.
     fn on(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
+        match self.pass {
+            Pass::Fwd => self.forward(i, l),
+            Pass::Bwd => self.backward(i, l),
+            Pass::FwdBwd => {
+                self.forward(i, l)?;
+                self.backward(i, l)
+            }
+        }
+    }
+
+    /// The forward on set `i mod len`: into the saved state of its backward buffers where they
+    /// have one (a training forward), else into the set's log-sum-exp.
+    fn forward(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
         let i = i % self.len();
         let (dev, opts, s) = (self.dev, self.opts, &mut self.sets[i]);
-        let forward = |s: &mut Set<T>| {
-            dev.attention(
-                s.q.view(l.q),
-                s.k.view(l.k),
-                s.v.view(l.k),
-                s.o.view_mut(l.o),
-                Some(&mut s.lse),
-                opts,
-            )
-        };
-        let backward = |s: &Set<T>, g: &mut Grads<T>| {
-            dev.attention_backward(
-                s.q.view(l.q),
-                s.k.view(l.k),
-                s.v.view(l.k),
-                s.o.view(l.o),
-                &s.lse,
-                g.d_o.view(l.o),
-                DeviceGradients { dq: g.dq.view_mut(l.q), dk: g.dk.view_mut(l.k), dv: g.dv.view_mut(l.k) },
-                opts,
-            )
-        };
-        match self.pass {
-            Pass::Fwd => forward(s),
-            Pass::Bwd => backward(s, &mut self.grads[i]),
-            Pass::FwdBwd => {
-                forward(s)?;
-                backward(s, &mut self.grads[i])
-            }
+        let (q, k, v, o) = (s.q.view(l.q), s.k.view(l.k), s.v.view(l.k), s.o.view_mut(l.o));
+        match self.grads.get_mut(i).and_then(|g| g.saved.as_mut()) {
+            Some(saved) => dev.attention_for_backward(q, k, v, o, saved, opts),
+            None => dev.attention(q, k, v, o, Some(&mut s.lse), opts),
+        }
+    }
+
+    /// The backward on set `i mod len`, from its saved state where it has one, else from the
+    /// set's log-sum-exp.
+    fn backward(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
+        let i = i % self.len();
+        let (dev, opts, s, g) = (self.dev, self.opts, &self.sets[i], &mut self.grads[i]);
+        let (q, k, v, o, d_o) = (s.q.view(l.q), s.k.view(l.k), s.v.view(l.k), s.o.view(l.o), g.d_o.view(l.o));
+        let grads =
+            DeviceGradients { dq: g.dq.view_mut(l.q), dk: g.dk.view_mut(l.k), dv: g.dv.view_mut(l.k) };
+        match &g.saved {
+            Some(saved) => dev.attention_backward_saved(q, k, v, o, saved, d_o, grads, opts),
+            None => dev.attention_backward(q, k, v, o, &s.lse, d_o, grads, opts),
         }
     }
 

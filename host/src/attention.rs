@@ -87,6 +87,7 @@ impl Device {
             o: out.buf.device_address(),
             lse: lse.map_or(0, |l| l.device_address()),
             partial: None,
+            residuals: None,
         };
         let plan = crate::plan::plan(self.props(), T::DTYPE, &problem, opts)?;
         if plan.launches.is_empty() {
@@ -262,6 +263,9 @@ pub(crate) struct Io {
     /// Where the forward kernel writes its results in f32 instead of `o` and `lse` (and where the
     /// combine kernel reads them): a step of context-parallel attention.
     pub partial: Option<PartialRows>,
+    /// A training forward ([`crate::plan::plan_for_backward`]): where its kernel writes O's
+    /// residual (O's layout) and the rows' probability offsets and sums.
+    pub residuals: Option<(u64, u64)>,
 }
 
 /// f32 partial results addressed by log-sum-exp row (`lse_index` with `lse_seq_stride`): the

@@ -8,7 +8,7 @@ use flashattn_kernels::params::BwdParams;
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, attn_params, strides};
 use crate::buffer::{DeviceBuffer, Element};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{InvalidInput, Result};
 use crate::plan::Plan;
 use crate::problem::{AttentionOptions, Layout, Problem};
 
@@ -55,6 +55,26 @@ impl Device {
         grads: DeviceGradients<'_, T>,
         opts: &AttentionOptions,
     ) -> Result<Plan> {
+        self.backward_checked(q, k, v, o, lse, d_o, grads, opts, None, None)
+    }
+
+    /// [`Device::attention_backward`]'s checks and launches; with `forward` (a
+    /// [`crate::SavedForBackward`]'s problem) the call's problem must be it, and `residuals`
+    /// are the training forward's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward_checked<T: Element>(
+        &self,
+        q: DeviceTensor<'_, T>,
+        k: DeviceTensor<'_, T>,
+        v: DeviceTensor<'_, T>,
+        o: DeviceTensor<'_, T>,
+        lse: &DeviceBuffer<f32>,
+        d_o: DeviceTensor<'_, T>,
+        grads: DeviceGradients<'_, T>,
+        opts: &AttentionOptions,
+        forward: Option<&Problem>,
+        residuals: Option<BwdResiduals<'_>>,
+    ) -> Result<Plan> {
         for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf), ("o", o.buf), ("d_o", d_o.buf)] {
             self.owns(what, buf)?;
         }
@@ -71,6 +91,12 @@ impl Device {
             [q.buf.len(), k.buf.len(), v.buf.len(), o.buf.len()],
             opts,
         )?;
+        if forward.is_some_and(|f| *f != problem) {
+            return Err(InvalidInput::NotSaved {
+                why: "is from a forward of another problem (its layouts or options differ)",
+            }
+            .into());
+        }
         problem.check_lse_len(Some(lse.len()))?;
         problem.check_backward(
             (&d_o.layout, d_o.buf.len()),
@@ -81,7 +107,12 @@ impl Device {
             ],
         )?;
         let layouts = [("d_o", &d_o.layout), ("dq", &dq.layout), ("dk", &dk.layout), ("dv", &dv.layout)];
-        let plan = crate::plan::plan_backward(self.props(), T::DTYPE, &problem, opts, layouts)?;
+        let plan = match residuals {
+            Some(_) => {
+                crate::plan::plan_backward_from_residuals(self.props(), T::DTYPE, &problem, opts, layouts)?
+            }
+            None => crate::plan::plan_backward(self.props(), T::DTYPE, &problem, opts, layouts)?,
+        };
         let io = BwdIo {
             q: q.buf.device_address(),
             k: k.buf.device_address(),
@@ -91,10 +122,21 @@ impl Device {
             dq: (dq.buf.device_address(), dq.layout),
             dk: (dk.buf.device_address(), dk.layout),
             dv: (dv.buf.device_address(), dv.layout),
+            residuals: residuals.filter(|_| plan.residuals).map(|r| (o.buf.device_address(), r.o_lo, r.rows)),
         };
         self.run_backward(self.stream(), &problem, &plan, &io, opts.deterministic)?;
         Ok(plan)
     }
+}
+
+/// A training forward's residuals for the backward: the forward's problem, and the device
+/// addresses of O's residual and the rows' statistics ([`crate::SavedForBackward`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BwdResiduals<'a> {
+    #[allow(dead_code)]
+    pub forward: &'a Problem,
+    pub o_lo: u64,
+    pub rows: u64,
 }
 
 /// Device addresses of one backward call's tensors, with the layouts of those not in the
@@ -109,6 +151,9 @@ pub(crate) struct BwdIo {
     pub dq: (u64, Layout),
     pub dk: (u64, Layout),
     pub dv: (u64, Layout),
+    /// With a training forward's residuals (the plan's preprocessing kernel reads them): O,
+    /// O's residual (O's layout) and the rows' statistics.
+    pub residuals: Option<(u64, u64, u64)>,
 }
 
 impl Device {
@@ -131,7 +176,8 @@ impl Device {
         };
         let addresses = offsets.as_ref().map(|o| (o.0.device_address(), o.1.device_address()));
         // The kernels read dO where the forward's parameters hold O.
-        let attn_io = Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse, partial: None };
+        let attn_io =
+            Io { q: io.q, k: io.k, v: io.v, o: io.d_o.0, lse: io.lse, partial: None, residuals: None };
         let mut attn = attn_params(problem, attn_io, addresses, plan.tiles.map_or(0, |t| t.1 as u32));
         attn.o_strides = strides(&io.d_o.1);
         let slopes = self.upload_slopes(stream, problem)?;
@@ -159,6 +205,10 @@ impl Device {
             q_tiles,
             // After the accumulator and the 16-byte statistics rows.
             locks: if deterministic { scratch.device_address() + acc_bytes + 16 * rows } else { 0 },
+            residual_rows: io.residuals.map_or(0, |r| r.2),
+            o: io.residuals.map_or(0, |r| r.0),
+            o_lo: io.residuals.map_or(0, |r| r.1),
+            o_strides: strides(problem.o()),
         };
         // SAFETY: `params` is the backward kernels' parameter struct, built from validated
         // layouts whose buffers hold every addressed element, with scratch sized for the

@@ -464,6 +464,7 @@ impl Ring {
                             merge: l.merge,
                             final_rows: l.final_rows as u32,
                         }),
+                        residuals: None,
                     };
                     dev.run_kernels(stream, dtype, &l.sub, io, &l.plan)?;
                 }
@@ -499,6 +500,7 @@ impl Ring {
                         merge: false,
                         final_rows: 0,
                     }),
+                    residuals: None,
                 };
                 let mut params = attn_params(sub, io, None, 0);
                 params.splits = slots as u32;

@@ -364,6 +364,27 @@ pub enum InvalidInput {
         /// Tokens in the packed tensor.
         tokens: usize,
     },
+    /// A backward was given a [`crate::SavedForBackward`] that holds no forward of its problem.
+    #[error(
+        "the saved state {why}: run Device::attention_for_backward with the same tensors' layouts and \
+         options first (or pass the log-sum-exp to Device::attention_backward)"
+    )]
+    NotSaved {
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A [`crate::SavedForBackward`] is too small for the problem.
+    #[error(
+        "the saved state's {what} holds {len} elements, but the problem needs {needed}: allocate it for this problem"
+    )]
+    SavedTooSmall {
+        /// Which of its buffers.
+        what: &'static str,
+        /// Elements needed.
+        needed: usize,
+        /// Elements it holds.
+        len: usize,
+    },
     /// The log-sum-exp output is too short.
     #[error("the lse output needs {needed} elements (batch × heads × seqlen_q), but holds {len}")]
     LseTooSmall {

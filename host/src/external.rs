@@ -424,6 +424,7 @@ impl Device {
             o: tensors.out.address,
             lse: tensors.lse.map_or(0, |l| l.address),
             partial: None,
+            residuals: None,
         };
         // (The plan is never `Standard` here: `forward_plan`.)
         self.run_kernels(&stream, dtype, &problem, io, &plan)?;
@@ -497,6 +498,7 @@ impl Device {
             o: t.out.address,
             lse: t.lse.map_or(0, |l| l.address),
             partial: None,
+            residuals: None,
         };
         self.run_kernels(&stream, dtype, &problem, io, &plan)?;
         Ok(plan)
@@ -535,6 +537,7 @@ impl Device {
             dq: (t.dq.address, t.dq.layout),
             dk: (t.dk.address, t.dk.layout),
             dv: (t.dv.address, t.dv.layout),
+            residuals: None,
         };
         self.run_backward(&stream, &problem, &plan, &io, opts.deterministic)?;
         Ok(plan)

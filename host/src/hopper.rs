@@ -159,6 +159,8 @@ impl Device {
             maps,
             merge: io.partial.is_some_and(|p| p.merge) as u32,
             final_rows: io.partial.map_or(0, |p| p.final_rows),
+            o_lo: io.residuals.map_or(0, |r| r.0),
+            residual_rows: io.residuals.map_or(0, |r| r.1),
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

@@ -28,6 +28,7 @@ mod kvcache;
 pub mod plan;
 mod problem;
 mod registry;
+mod saved;
 mod standard;
 mod timing;
 
@@ -39,12 +40,13 @@ pub use error::{Error, InvalidInput, Result, RingError};
 pub use external::{BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
 pub use plan::{
     AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,
-    plan, plan_backward,
+    plan, plan_backward, plan_backward_from_residuals, plan_for_backward,
 };
 pub use problem::{
     AttentionOptions, BlockTable, Layout, MAX_HEAD_DIM, MAX_SPLITS, MAX_TOKENS, Method, Problem, Sequence,
     Tiles, VarLen, Window,
 };
+pub use saved::SavedForBackward;
 pub use timing::GpuTimer;
 
 /// Hooks for the project's own GPU test suite (raw launches that trigger driver errors on

@@ -9,7 +9,7 @@
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
     WGMMA_CONFIGS, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
-    mma_window, wgmma_default, wgmma_masked, wgmma_softcap,
+    mma_window, wgmma_default, wgmma_masked, wgmma_softcap, wgmma_train,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -336,6 +336,11 @@ pub struct Plan {
     /// Why this path: the rule of [`AUTO_RULES`] that chose the method (for `Method::Auto`), and
     /// the planner's choices of instance, packing and splits, in words.
     pub why: Vec<String>,
+    /// The training residuals ([`crate::SavedForBackward`]): a forward planned by
+    /// [`plan_for_backward`] writes them (O's residual and each row's probability offset and
+    /// sum, beside the log-sum-exp), a backward reads them instead of making a pass over the
+    /// keys. False where the kernel cannot (the forward then keeps the log-sum-exp alone).
+    pub residuals: bool,
 }
 
 /// One rule of `Method::Auto`'s table: the first rule whose conditions hold picks the method.
@@ -509,6 +514,43 @@ pub fn plan(
     Ok(plan)
 }
 
+/// [`plan`] for a training forward ([`crate::Device::attention_for_backward`]): the same method
+/// and tiles, on the Hopper kernel's training instance where one runs the problem (plain
+/// problems: no window, no score modifier), which also writes what the backward needs to skip
+/// its pass over the keys ([`Plan::residuals`]). Elsewhere the plan is [`plan`]'s, and the
+/// backward makes that pass.
+pub fn plan_for_backward(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+) -> Result<Plan, InvalidInput> {
+    let mut plan = plan(props, dtype, problem, opts)?;
+    let training = plan.launches.iter().enumerate().find_map(|(at, l)| match l.kernel?.info().family {
+        Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].window == 0 && WGMMA_CONFIGS[i].train == 0 => {
+            let t = wgmma_train(problem.head_dim() as u32)?;
+            let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
+            let same =
+                (a.head_dim, a.block_m, a.block_n, a.stages) == (b.head_dim, b.block_m, b.block_n, b.stages);
+            let kernel = kernel_on(plan.method, props, Family::FlashWgmma(e, t)).ok()?;
+            same.then_some((at, kernel))
+        }
+        _ => None,
+    });
+    if let Some((at, kernel)) = training {
+        let launch = &mut plan.launches[at];
+        launch.kernel = Some(kernel);
+        launch.kind = LaunchKind::Kernel(kernel.name());
+        plan.residuals = true;
+        plan.why.push(
+            "training: the row sums add the probabilities as rounded for P·V, and the kernel also writes O's \
+             residual and each row's probability offset and sum, so that the backward skips its pass over the keys"
+                .into(),
+        );
+    }
+    Ok(plan)
+}
+
 /// `Method::Auto`: the first rule of [`AUTO_RULES`] whose method runs the problem. Each rule
 /// passed over leaves its reason in `not_taken`.
 fn plan_auto(
@@ -672,6 +714,7 @@ fn flash_plan(
         splits,
         gqa_packed: false,
         why: Vec::new(),
+        residuals: false,
     })
 }
 
@@ -1116,6 +1159,7 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
             splits: 1,
             gqa_packed: false,
             why: Vec::new(),
+            residuals: false,
         });
     }
     for (tensor, l) in [("q", problem.q()), ("k", problem.k()), ("v", problem.v()), ("o", problem.o())] {
@@ -1189,6 +1233,7 @@ fn plan_standard(dtype: DType, problem: &Problem, opts: &AttentionOptions) -> Re
         splits: 1,
         gqa_packed: false,
         why: Vec::new(),
+        residuals: false,
     })
 }
 
@@ -1214,6 +1259,31 @@ pub fn plan_backward(
     problem: &Problem,
     opts: &AttentionOptions,
     layouts: [(&'static str, &Layout); 4],
+) -> Result<Plan, InvalidInput> {
+    backward_plan(props, dtype, problem, opts, layouts, false)
+}
+
+/// [`plan_backward`] given a training forward's residuals ([`Plan::residuals`] of the forward's
+/// plan, [`plan_for_backward`]): the preprocessing kernel then takes `D` from O and O's
+/// residual instead of a pass over the keys (its own [`Plan::residuals`] says so) — on sm_90a,
+/// for problems without a window; elsewhere the plan is [`plan_backward`]'s.
+pub fn plan_backward_from_residuals(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+    layouts: [(&'static str, &Layout); 4],
+) -> Result<Plan, InvalidInput> {
+    backward_plan(props, dtype, problem, opts, layouts, true)
+}
+
+fn backward_plan(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+    layouts: [(&'static str, &Layout); 4],
+    residuals: bool,
 ) -> Result<Plan, InvalidInput> {
     crate::problem::check_splits(opts)?;
     let method = Method::FlashTensorCore;
@@ -1274,8 +1344,18 @@ pub fn plan_backward(
         return Err(unsupported(method, Reason::SharedMemory { needed, limit }));
     }
     let e = elem(dtype);
+    // (The residual preprocessing kernel: sm_90a, instances without a window.)
+    let residual_prep = if residuals && !windowed {
+        KernelId::of(Family::BwdPrepResidual(e, index))
+            .filter(|k| props.target().is_some_and(|t| k.info().on(t)))
+    } else {
+        None
+    };
     let (prep, main, conv) = (
-        kernel_on(method, props, Family::BwdPrep(e, index))?,
+        match residual_prep {
+            Some(k) => k,
+            None => kernel_on(method, props, Family::BwdPrep(e, index))?,
+        },
         kernel_on(method, props, Family::BwdMma(e, index))?,
         kernel_on(method, props, Family::BwdDq(e))?,
     );
@@ -1330,6 +1410,18 @@ pub fn plan_backward(
     if let Some((_, what)) = masked {
         why.push(format!("masked instance: {what}"));
     }
+    if residual_prep.is_some() {
+        why.push(
+            "from the training forward's residuals: D = dO·(O + O_lo) on tensor cores and the forward's own \
+             probability offsets and sums, no preprocessing pass over the keys"
+                .into(),
+        );
+    } else {
+        why.push(
+            "preprocessing: a pass over each row's keys for D and the probabilities' sum (no training residuals)"
+                .into(),
+        );
+    }
     let mut plan = Plan {
         method,
         launches,
@@ -1339,6 +1431,7 @@ pub fn plan_backward(
         splits: 1,
         gqa_packed: false,
         why,
+        residuals: residual_prep.is_some(),
     };
     if plan.launches.is_empty() {
         plan.scratch_bytes = 0;

@@ -370,7 +370,7 @@ const fn wgmma_slack(wgmma: bool) -> u32 {
 /// agree bit for bit (the numerics' requirement, `NOTES.md`).
 pub const BWD_WGMMA_KEYS: u32 = 64;
 
-pub use crate::registry::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS};
+pub use crate::registry::{BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, BWD_PREP_RES_KERNELS};
 
 const _: () = {
     let mut i = 0;
@@ -512,6 +512,13 @@ pub struct WgmmaConfig {
     /// ran 15% slower (session 10, `kernels-gpu/NOTES.md` v25), ALiBi and windows 2–18% faster;
     /// 0: the others.
     pub window: u32,
+    /// 1: a training instance (plain, `window` 0): the row sums `ℓ` add the probabilities as
+    /// rounded for `P·V` (so that O is an exact weighted average of V's rows under them), and
+    /// the epilogue writes what the backward needs to skip its preprocessing pass over the keys
+    /// — O's residual `O_lo = round(O_f32 − O)` and each row's `(−max·scale_log2, ℓ)`
+    /// ([`crate::params::WgmmaParams::residual_rows`]); chosen by [`wgmma_train`] for
+    /// `Device::attention_for_backward`. 0: the others.
+    pub train: u32,
 }
 
 /// Rows per consumer warpgroup of the Hopper kernel (the M of `wgmma`).
@@ -566,6 +573,8 @@ impl WgmmaConfig {
             && (self.block_n == 128 || self.block_n == 64)
             && self.stages >= 1
             && self.window <= 2
+            && self.train <= 1
+            && (self.train == 0 || self.window == 0)
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -582,28 +591,35 @@ const _: () = {
 
 /// The Hopper instance for head dim `d`, if one runs it.
 pub const fn wgmma_default(head_dim: u32) -> Option<usize> {
-    wgmma_find(head_dim, 0)
+    wgmma_find(head_dim, 0, 0)
+}
+
+/// The Hopper training instance for head dim `d` (plain problems: no window, no score
+/// modifier), if one is instantiated: [`WgmmaConfig::train`].
+pub const fn wgmma_train(head_dim: u32) -> Option<usize> {
+    wgmma_find(head_dim, 0, 1)
 }
 
 /// The masked Hopper instance (sliding windows, score modifiers) for head dim `d`.
 pub const fn wgmma_masked(head_dim: u32) -> Option<usize> {
-    wgmma_find(head_dim, 1)
+    wgmma_find(head_dim, 1, 0)
 }
 
 /// The masked Hopper instance for problems with a softcap: the one without the intra-warpgroup
 /// overlap ([`WgmmaConfig::window`] 2), or the masked one where none is instantiated (d = 256,
 /// whose masked instance does not overlap either).
 pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
-    match wgmma_find(head_dim, 2) {
+    match wgmma_find(head_dim, 2, 0) {
         Some(i) => Some(i),
-        None => wgmma_find(head_dim, 1),
+        None => wgmma_find(head_dim, 1, 0),
     }
 }
 
-const fn wgmma_find(head_dim: u32, window: u32) -> Option<usize> {
+const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {
     let mut i = 0;
     while i < WGMMA_CONFIGS.len() {
-        if WGMMA_CONFIGS[i].runs(head_dim) && WGMMA_CONFIGS[i].window == window {
+        let c = WGMMA_CONFIGS[i];
+        if c.runs(head_dim) && c.window == window && c.train == train {
             return Some(i);
         }
         i += 1;

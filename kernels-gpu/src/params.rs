@@ -209,6 +209,16 @@ pub struct BwdParams {
     /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then
     /// sets it to `j + 1`. 0: atomic adds in any order.
     pub locks: u64,
+    /// The forward's residuals (a training forward, [`WgmmaParams::residual_rows`]), or 0: the
+    /// rows' `[offset, ℓ]`. With them the preprocessing kernel takes `D = dO·(O + O_lo)` from the
+    /// forward's output instead of a pass over the keys (query tiles with a flagged row excepted).
+    pub residual_rows: u64,
+    /// With `residual_rows`: the forward's output O (storage type, strided as `o_strides`).
+    pub o: u64,
+    /// With `residual_rows`: O's residual `O_lo` (storage type, O's strides).
+    pub o_lo: u64,
+    /// O's (batch, seq, head) strides, elements (`attn.o_strides` are dO's).
+    pub o_strides: [u64; 3],
 }
 
 /// Parameters of the Hopper forward kernel: the forward's struct, and the device address of
@@ -231,6 +241,17 @@ pub struct WgmmaParams {
     /// contribution): the merged rows go to `attn.o` and `attn.lse` in the storage type, the
     /// others back to the partial rows in f32.
     pub final_rows: u32,
+    /// A training instance ([`crate::config::WgmmaConfig::train`]): O's residual, written in
+    /// the storage type with O's layout (`attn.o_strides`): `O_lo = round(O_f32 − O)`, so that
+    /// `O + O_lo` is the f32 output to about twice the type's precision. 0 elsewhere.
+    pub o_lo: u64,
+    /// A training instance: each log-sum-exp row's `[−max·scale_log2, ℓ]` (two f32, 8-byte
+    /// aligned, at `8·`[`lse_index`]): the probability offset the forward used and the sum of
+    /// the rounded probabilities, so that the backward recomputes `P = 2^(s·scale_log2 +
+    /// offset)/ℓ` exactly as the forward formed it; the offset is NaN for a row whose maximum
+    /// needed the two-step probability (`|max·scale_log2| ≥` [`crate::softmax::FUSED_LIMIT`]),
+    /// which the backward then recomputes from the keys. 0 elsewhere.
+    pub residual_rows: u64,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

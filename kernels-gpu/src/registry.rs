@@ -72,6 +72,9 @@ pub enum Family {
     Combine(Elem),
     /// The backward's preprocessing kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
     BwdPrep(Elem, usize),
+    /// The same that takes a training forward's residuals (`BwdParams::residual_rows`; sm_90a
+    /// only, instances without a window).
+    BwdPrepResidual(Elem, usize),
     /// The Hopper forward kernel (`WgmmaParams`, sm_90a only) of `WGMMA_CONFIGS[index]`.
     FlashWgmma(Elem, usize),
     /// The backward's main kernel (`BwdParams`) of `BWD_CONFIGS[index]`.
@@ -168,41 +171,47 @@ macro_rules! mma_kernel_name {
 }
 
 /// Calls `$m!` with the Hopper forward instances (sm_90a only), one `(head_dim, block_m,
-/// block_n, stages, window)` group each ([`crate::config::WgmmaConfig`]; `window` 1: a masked
-/// instance, which applies sliding windows and score modifiers).
+/// block_n, stages, window, train)` group each ([`crate::config::WgmmaConfig`]; `window` 1: a
+/// masked instance, which applies sliding windows and score modifiers; `train` 1: a training
+/// instance, which also writes what the backward needs instead of its preprocessing pass).
 #[macro_export]
 macro_rules! for_each_wgmma_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (64, 128, 128, 2, 0)
-            (128, 128, 128, 2, 0)
-            (192, 128, 64, 2, 0)
-            (256, 128, 64, 2, 0)
-            (64, 128, 128, 2, 1)
-            (128, 128, 128, 2, 1)
-            (192, 128, 64, 2, 1)
-            (256, 128, 64, 2, 1)
-            (64, 128, 128, 2, 2)
-            (128, 128, 128, 2, 2)
-            (192, 128, 64, 2, 2)
+            (64, 128, 128, 2, 0, 0)
+            (128, 128, 128, 2, 0, 0)
+            (192, 128, 64, 2, 0, 0)
+            (256, 128, 64, 2, 0, 0)
+            (64, 128, 128, 2, 1, 0)
+            (128, 128, 128, 2, 1, 0)
+            (192, 128, 64, 2, 1, 0)
+            (256, 128, 64, 2, 1, 0)
+            (64, 128, 128, 2, 2, 0)
+            (128, 128, 128, 2, 2, 0)
+            (192, 128, 64, 2, 2, 0)
+            (64, 128, 128, 2, 0, 1)
+            (128, 128, 128, 2, 0, 1)
         }
     };
 }
 
 /// The entry name of one Hopper instance:
 /// `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`, with `_win` appended
-/// for a masked instance and `_win_softcap` for the masked instance without the intra-warpgroup
-/// overlap that the planner takes for softcaps.
+/// for a masked instance, `_win_softcap` for the masked instance without the intra-warpgroup
+/// overlap that the planner takes for softcaps and `_train` for a training instance.
 #[macro_export]
 macro_rules! wgmma_kernel_name {
-    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0) => {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s)
     };
-    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 1) => {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 1, 0) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win")
     };
-    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 2) => {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 2, 0) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win_softcap")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 1) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_train")
     };
 }
 
@@ -230,7 +239,9 @@ macro_rules! for_each_bwd_instance {
 /// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
 /// `flash_bwd_prep_{dtype}_d{head_dim}_w{warps}` (its code depends on the head dim alone; the
 /// name follows the instance so that variants of a head dim export distinct entries), with `_win`
-/// appended for a sliding-window instance.
+/// appended for a sliding-window instance; and for the other instances, on sm_90a, the
+/// preprocessing kernel that takes a training forward's residuals,
+/// `flash_bwd_prep_res_{dtype}_d{head_dim}_w{warps}` (`""` for window instances: none).
 #[macro_export]
 macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
@@ -244,6 +255,12 @@ macro_rules! bwd_kernel_name {
     };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_win")
+    };
+    (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
+        concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w)
+    };
+    (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
+        ""
     };
 }
 
@@ -283,15 +300,17 @@ macro_rules! mma_table {
 for_each_mma_instance!(mma_table);
 
 macro_rules! wgmma_table {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt))*) => {
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt))*) => {
         /// Every Hopper forward configuration, in [`for_each_wgmma_instance!`] order.
         pub const WGMMA_CONFIGS: [$crate::config::WgmmaConfig; [$($d),*].len()] = [$(
-            $crate::config::WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win }
+            $crate::config::WgmmaConfig {
+                head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win, train: $train,
+            }
         ),*];
         /// Entry names of [`WGMMA_CONFIGS`], f16 then bf16.
         pub const WGMMA_KERNELS: [[&str; WGMMA_CONFIGS.len()]; 2] = [
-            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s, $win)),*],
-            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s, $win)),*],
+            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s, $win, $train)),*],
+            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s, $win, $train)),*],
         ];
     };
 }
@@ -312,6 +331,12 @@ macro_rules! bwd_table {
         pub const BWD_PREP_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
             [$(bwd_kernel_name!(prep, "f16", $d, $w, $b, $win)),*],
             [$(bwd_kernel_name!(prep, "bf16", $d, $w, $b, $win)),*],
+        ];
+        /// Entry names of the preprocessing kernels that take a training forward's residuals
+        /// (sm_90a), f16 then bf16; `""` for the window instances, which have none.
+        pub const BWD_PREP_RES_KERNELS: [[&str; BWD_CONFIGS.len()]; 2] = [
+            [$(bwd_kernel_name!(prep_res, "f16", $d, $w, $b, $win)),*],
+            [$(bwd_kernel_name!(prep_res, "bf16", $d, $w, $b, $win)),*],
         ];
     };
 }
@@ -348,11 +373,24 @@ const FIXED: [(&str, Family); 12] = [
     ("flash_bwd_dq_bf16", Family::BwdDq(Elem::Bf16)),
 ];
 
+/// Backward instances without a window (those with a residual preprocessing entry).
+const BWD_PLAIN: usize = {
+    let (mut n, mut i) = (0, 0);
+    while i < BWD_CONFIGS.len() {
+        if BWD_CONFIGS[i].window == 0 {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
 /// Number of entry points.
 pub const KERNEL_COUNT: usize = FIXED.len()
     + 3 * SIMT_HEAD_DIMS.len()
     + 2 * MMA_CONFIGS.len()
     + 4 * BWD_CONFIGS.len()
+    + 2 * BWD_PLAIN
     + 2 * WGMMA_CONFIGS.len();
 
 /// The targets of the Hopper-only kernels.
@@ -409,6 +447,14 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
                 targets: &Target::ALL,
             };
             n += 2;
+            if BWD_CONFIGS[i].window == 0 {
+                out[n] = KernelInfo {
+                    name: BWD_PREP_RES_KERNELS[e][i],
+                    family: Family::BwdPrepResidual(ELEMS[e], i),
+                    targets: &SM90A_ONLY,
+                };
+                n += 1;
+            }
             i += 1;
         }
         e += 1;

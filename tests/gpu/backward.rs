@@ -8,14 +8,14 @@ use flashattn::kernels::config::{BWD_CONFIGS, bwd_default, bwd_window};
 use flashattn::kernels::params::BWD_BLOCK_M;
 use flashattn::{
     AttentionOptions, DType, Device, DeviceBuffer, DeviceGradients, Element, Error, InvalidInput, Method,
-    Problem, Reason, Tiles, bf16, f16,
+    Problem, Reason, SavedForBackward, Tiles, bf16, f16,
 };
 use flashattn_testkit::grad::{
     attention_backward_f64, baseline_backward, check_gradients, for_each_gradient,
 };
 use flashattn_testkit::oracle::widen;
 use flashattn_testkit::strategy::{DEFAULT_MAX_WORK, spec_with, spec_with_score_mods};
-use flashattn_testkit::{Case, LayoutKind, Sequences, Spec};
+use flashattn_testkit::{Case, LayoutKind, Sequences, Spec, check};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -44,17 +44,15 @@ fn max_head_dim() -> usize {
     flashattn::kernels::config::BWD_CONFIGS.iter().map(|c| c.head_dim as usize).max().unwrap_or(0)
 }
 
-/// Forward and backward of `case` on the GPU; checks the rule, zero dQ on rows without keys,
-/// NaN left where no gradient layout points. `Ok(None)` when the backward refuses the case as
-/// unsupported; otherwise the worst rule ratio.
 /// The backward of `p` (`bufs`: Q, K, V, O, dO) into fresh dQ, dK, dV buffers poisoned with NaN
 /// (so that every element a kernel should write is checked, and a refusal can be seen to write
-/// nothing): the call's result and the three buffers.
+/// nothing), from the forward's log-sum-exp or from a training forward's saved state: the call's
+/// result and the three buffers.
 fn backward_into_nan<T: Element>(
     dev: &Device,
     p: &Problem,
     [q, k, v, o, d_o]: [&DeviceBuffer<T>; 5],
-    lse: &DeviceBuffer<f32>,
+    from: From<'_, T>,
     opts: &AttentionOptions,
 ) -> Result<(flashattn::Result<flashattn::Plan>, [DeviceBuffer<T>; 3]), String> {
     let mut grads: [DeviceBuffer<T>; 3] = [
@@ -66,20 +64,46 @@ fn backward_into_nan<T: Element>(
         dev.fill_nan(b).map_err(e2s)?;
     }
     let [dq, dk, dv] = &mut grads;
-    let r = dev.attention_backward(
-        q.view(*p.q()),
-        k.view(*p.k()),
-        v.view(*p.v()),
-        o.view(*p.o()),
-        lse,
-        d_o.view(*p.o()),
-        DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) },
-        opts,
-    );
+    let g = DeviceGradients { dq: dq.view_mut(*p.q()), dk: dk.view_mut(*p.k()), dv: dv.view_mut(*p.v()) };
+    let (q, k, v, o, d_o) =
+        (q.view(*p.q()), k.view(*p.k()), v.view(*p.v()), o.view(*p.o()), d_o.view(*p.o()));
+    let r = match from {
+        From::Lse(lse) => dev.attention_backward(q, k, v, o, lse, d_o, g, opts),
+        From::Saved(saved) => dev.attention_backward_saved(q, k, v, o, saved, d_o, g, opts),
+    };
     Ok((r, grads))
 }
 
-fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<Option<f64>, String> {
+/// What a backward starts from.
+enum From<'a, T> {
+    /// The forward's log-sum-exp (`Device::attention_backward`).
+    Lse(&'a DeviceBuffer<f32>),
+    /// A training forward's saved state (`Device::attention_backward_saved`).
+    Saved(&'a SavedForBackward<T>),
+}
+
+/// Which forward feeds a backward test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forward {
+    /// `Device::attention` with the tensor-core kernel (as the backward's `opts` say), then
+    /// `Device::attention_backward` from its log-sum-exp.
+    Lse,
+    /// `Device::attention_for_backward` with `Auto` (the Hopper kernel's training instance where
+    /// it runs the problem: the residuals), its output checked by the forward's rule, then
+    /// `Device::attention_backward_saved`.
+    Saved,
+}
+
+/// Forward and backward of `case` on the GPU; checks the rule, zero dQ on rows without keys,
+/// NaN left where no gradient layout points. `Ok(None)` when the backward refuses the case as
+/// unsupported; otherwise the worst rule ratio and whether the backward read a training
+/// forward's residuals.
+fn run_backward<T: Element>(
+    dev: &Device,
+    case: &Case<T>,
+    seed: u64,
+    forward: Forward,
+) -> Result<Option<(f64, bool)>, String> {
     let p = &case.problem;
     let opts = AttentionOptions { method: Method::FlashTensorCore, ..case.opts.clone() };
     let mut rng = StdRng::seed_from_u64(seed);
@@ -88,18 +112,25 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
     let v = dev.upload(&case.v).map_err(e2s)?;
     let mut out: DeviceBuffer<T> = dev.alloc(case.out_len()).map_err(e2s)?;
     let mut lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
+    let mut saved = dev.alloc_saved::<T>(*p.o(), case.lse_len()).map_err(e2s)?;
     dev.fill_nan(&mut out).map_err(e2s)?;
     // (A tile override names a backward instance: the forward runs its own default tiles.)
     let forward_opts = AttentionOptions { tiles: Default::default(), ..opts.clone() };
-    dev.attention(
-        q.view(*p.q()),
-        k.view(*p.k()),
-        v.view(*p.v()),
-        out.view_mut(*p.o()),
-        Some(&mut lse),
-        &forward_opts,
-    )
-    .map_err(|e| format!("forward: {e}\n{case}"))?;
+    let (qv, kv, vv) = (q.view(*p.q()), k.view(*p.k()), v.view(*p.v()));
+    match forward {
+        Forward::Lse => dev
+            .attention(qv, kv, vv, out.view_mut(*p.o()), Some(&mut lse), &forward_opts)
+            .map(drop)
+            .map_err(|e| format!("forward: {e}\n{case}"))?,
+        Forward::Saved => {
+            let auto = AttentionOptions { method: Method::Auto, ..forward_opts };
+            dev.attention_for_backward(qv, kv, vv, out.view_mut(*p.o()), &mut saved, &auto)
+                .map_err(|e| format!("training forward: {e}\n{case}"))?;
+            dev.synchronize().map_err(e2s)?;
+            let (o, l) = (dev.download(&out).map_err(e2s)?, dev.download(saved.lse()).map_err(e2s)?);
+            check(case, &o, Some(&l)).map_err(|e| format!("training forward:\n{e}"))?;
+        }
+    }
     // dO: random where O is addressed, NaN elsewhere (a kernel that reads past the layout
     // poisons its gradients).
     let mut d_o_host: Vec<T> = vec![T::from_f32(f32::NAN); case.out_len()];
@@ -107,12 +138,22 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
         d_o_host[i] = T::from_f32(rng.random_range(-1.0..1.0))
     });
     let d_o = dev.upload(&d_o_host).map_err(e2s)?;
-    let (r, [dq, dk, dv]) = backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], &lse, &opts)?;
-    match r {
-        Ok(_) => {}
+    let from = match forward {
+        Forward::Lse => From::Lse(&lse),
+        Forward::Saved => From::Saved(&saved),
+    };
+    let (r, [dq, dk, dv]) = backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], from, &opts)?;
+    let residuals = match r {
+        Ok(plan) => plan.residuals,
         Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => return Ok(None),
-        Err(e) => return Err(format!("backward: {e}\n{case}")),
+        Err(e) => return Err(format!("backward ({forward:?}): {e}\n{case}")),
+    };
+    if residuals != (forward == Forward::Saved && saved.has_residuals()) {
+        return Err(format!(
+            "the backward's plan says residuals = {residuals} after a {forward:?} forward\n{case}"
+        ));
     }
+    let path = if residuals { "from the training forward's residuals" } else { "from the log-sum-exp" };
     dev.synchronize().map_err(e2s)?;
     let got =
         [dev.download(&dq).map_err(e2s)?, dev.download(&dk).map_err(e2s)?, dev.download(&dv).map_err(e2s)?];
@@ -120,14 +161,14 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
         attention_backward_f64(p, &widen(&case.q), &widen(&case.k), &widen(&case.v), &widen(&d_o_host));
     let baseline = baseline_backward(p, &case.q, &case.k, &case.v, &d_o_host);
     let worst = check_gradients(p, [&got[0], &got[1], &got[2]], &reference, &baseline)
-        .map_err(|e| format!("{e}\n{case}"))?;
+        .map_err(|e| format!("backward {path}: {e}\n{case}"))?;
     // Rows that see no key: dQ exactly 0.
     let mut bad = None;
     flashattn_testkit::case::for_each_row(p, |c, row| {
         if case.reference.row_keys[row] == 0 && bad.is_none() {
             let o = p.q().offset(c.b, c.s, c.h);
             if got[0][o..o + p.head_dim()].iter().any(|x| x.to_f32() != 0.0) {
-                bad = Some(format!("row {row} sees no key but its dq is not 0\n{case}"));
+                bad = Some(format!("backward {path}: row {row} sees no key but its dq is not 0\n{case}"));
             }
         }
     });
@@ -140,12 +181,22 @@ fn run_backward<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<O
     for (t, (g, a)) in got.iter().zip(&addressed).enumerate() {
         if let Some(i) = (0..g.len()).find(|&i| !a[i] && !g[i].to_f32().is_nan()) {
             return Err(format!(
-                "{} [{i}] is written but no layout addresses it\n{case}",
+                "backward {path}: {} [{i}] is written but no layout addresses it\n{case}",
                 ["dq", "dk", "dv"][t]
             ));
         }
     }
-    Ok(Some(worst))
+    Ok(Some((worst, residuals)))
+}
+
+/// Both forwards of [`Forward`] on one case: the worst rule ratio of the backward from each
+/// (`None` when the backward refuses the case), and whether the second read residuals.
+fn run_both<T: Element>(dev: &Device, case: &Case<T>, seed: u64) -> Result<Option<(f64, f64, bool)>, String> {
+    let Some((lse, _)) = run_backward(dev, case, seed, Forward::Lse)? else { return Ok(None) };
+    let Some((saved, residuals)) = run_backward(dev, case, seed, Forward::Saved)? else {
+        return Err(format!("the backward ran a case from the log-sum-exp but refused it saved\n{case}"));
+    };
+    Ok(Some((lse, saved, residuals)))
 }
 
 /// Named shapes at the edges: lengths that divide no tile, Nq ≠ Nk both ways with causal
@@ -255,15 +306,34 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
-    let mut worst = 0.0f64;
+    let (mut worst, mut worst_saved, mut with_residuals) = (0.0f64, 0.0f64, 0);
     for (i, s) in specs.iter().enumerate() {
         let case = Case::<T>::random(&mut case_rng(), s);
-        match run_backward(dev, &case, run_seed() ^ i as u64)? {
-            Some(w) => worst = worst.max(w),
+        match run_both(dev, &case, run_seed() ^ i as u64)? {
+            Some((w, ws, r)) => {
+                worst = worst.max(w);
+                worst_saved = worst_saved.max(ws);
+                with_residuals += r as usize;
+            }
             None => return Err(format!("the backward refused a case it should run:\n{case}")),
         }
     }
-    eprintln!("backward shapes {}: worst rule ratio {worst:.3}", T::DTYPE);
+    eprintln!(
+        "backward shapes {}: worst rule ratio {worst:.3} from the log-sum-exp, {worst_saved:.3} from the saved \
+         state ({with_residuals} of {} cases from the training forward's residuals)",
+        T::DTYPE,
+        specs.len()
+    );
+    expect_residuals(dev, with_residuals)
+}
+
+/// On a device with the Hopper kernel's training instances, some cases must have run the
+/// backward from their residuals (else the path went untested).
+fn expect_residuals(dev: &Device, with_residuals: usize) -> Result<(), String> {
+    let hopper = dev.props().ptx_target == "sm_90a";
+    if hopper && with_residuals == 0 {
+        return Err("no case ran the backward from a training forward's residuals".into());
+    }
     Ok(())
 }
 
@@ -282,12 +352,14 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
             spec.head_dim = spec.head_dim.min(max_head_dim());
             true
         },
-        |case, input_seed| Ok(run_backward(dev, case, input_seed ^ 1)?.is_some()),
+        |case, input_seed| Ok(run_backward(dev, case, input_seed ^ 1, Forward::Lse)?.is_some()),
     )
 }
 
-/// Random cases (the CPU suite's strategy, made to fit the tensor cores).
+/// Random cases (the CPU suite's strategy, made to fit the tensor cores), each from the
+/// log-sum-exp and from a training forward's saved state.
 fn random<T: Element>(dev: &Device) -> Result<(), String> {
+    let residual_cases = std::sync::atomic::AtomicU32::new(0);
     run_random::<T>(
         100 + T::DTYPE as u64,
         spec_with(DEFAULT_MAX_WORK / 4),
@@ -302,8 +374,15 @@ fn random<T: Element>(dev: &Device) -> Result<(), String> {
             spec.head_dim = spec.head_dim.min(max_head_dim());
             true
         },
-        |case, input_seed| Ok(run_backward(dev, case, input_seed ^ 1)?.is_some()),
-    )
+        |case, input_seed| {
+            let r = run_both(dev, case, input_seed ^ 1)?;
+            if r.is_some_and(|r| r.2) {
+                residual_cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(r.is_some())
+        },
+    )?;
+    expect_residuals(dev, residual_cases.into_inner() as usize)
 }
 
 /// What the backward cannot run is a typed error, and nothing is written.
@@ -317,7 +396,7 @@ fn refusals(dev: &Device) -> Result<(), String> {
         let o = up(&vec![bf16::ZERO; case.out_len()])?;
         let d_o = up(&vec![bf16::ONE; case.out_len()])?;
         let lse: DeviceBuffer<f32> = dev.alloc(case.lse_len()).map_err(e2s)?;
-        let (r, grads) = backward_into_nan(dev, p, [&q, &k, &v, &o, &d_o], &lse, &opts)?;
+        let (r, grads) = backward_into_nan(dev, p, [&q, &k, &v, &o, &d_o], From::Lse(&lse), &opts)?;
         dev.synchronize().map_err(e2s)?;
         for b in &grads {
             if dev.download(b).map_err(e2s)?.iter().any(|x| !x.to_f32().is_nan()) {
@@ -361,7 +440,47 @@ fn refusals(dev: &Device) -> Result<(), String> {
     if f16_plan.launches.iter().any(|l| format!("{:?}", l.kind).contains("bf16")) {
         return Err(format!("the f16 plan launches bf16 kernels: {f16_plan}"));
     }
-    Ok(())
+    saved_state_checked(dev)
+}
+
+/// A backward from a saved state that holds no forward, or the forward of another problem, is
+/// `InvalidInput::NotSaved`, with nothing written.
+fn saved_state_checked(dev: &Device) -> Result<(), String> {
+    let s = spec(batch(1, 200, 200), 2, 2, 64, false, LayoutKind::Bshd);
+    let case = Case::<bf16>::random(&mut case_rng(), &s);
+    let p = &case.problem;
+    let up = |x: &[bf16]| dev.upload(x).map_err(e2s);
+    let (q, k, v) = (up(&case.q)?, up(&case.k)?, up(&case.v)?);
+    let o = up(&vec![bf16::ZERO; case.out_len()])?;
+    let mut o_fwd = up(&vec![bf16::ZERO; case.out_len()])?;
+    let d_o = up(&vec![bf16::ONE; case.out_len()])?;
+    let mut saved = dev.alloc_saved::<bf16>(*p.o(), case.lse_len()).map_err(e2s)?;
+    let expect_refusal = |saved: &SavedForBackward<bf16>, opts: &AttentionOptions, what: &str| {
+        let (r, grads) = backward_into_nan(dev, p, [&q, &k, &v, &o, &d_o], From::Saved(saved), opts)?;
+        dev.synchronize().map_err(e2s)?;
+        for b in &grads {
+            if dev.download(b).map_err(e2s)?.iter().any(|x| !x.to_f32().is_nan()) {
+                return Err(format!("a refused backward ({what}) wrote its outputs"));
+            }
+        }
+        match r {
+            Err(Error::InvalidInput(InvalidInput::NotSaved { .. })) => Ok(()),
+            other => Err(format!("{what}: expected InvalidInput::NotSaved, got {other:?}")),
+        }
+    };
+    let opts = AttentionOptions::default();
+    expect_refusal(&saved, &opts, "no forward yet")?;
+    let causal = AttentionOptions { causal: true, ..opts.clone() };
+    dev.attention_for_backward(
+        q.view(*p.q()),
+        k.view(*p.k()),
+        v.view(*p.v()),
+        o_fwd.view_mut(*p.o()),
+        &mut saved,
+        &causal,
+    )
+    .map_err(e2s)?;
+    expect_refusal(&saved, &opts, "the saved forward was causal, the backward is not")
 }
 
 /// `deterministic: true`: dQ, dK and dV bit-identical across 10 runs on the suite's kinds of
@@ -397,7 +516,7 @@ fn deterministic(dev: &Device) -> Result<(), String> {
         let mut case = Case::<bf16>::random(&mut case_rng(), s);
         case.opts.deterministic = true;
         // Correct first (this also checks the rule in deterministic mode)…
-        if run_backward(dev, &case, run_seed())?.is_none() {
+        if run_both(dev, &case, run_seed())?.is_none() {
             return Err(format!("the deterministic backward refused a case it should run:\n{case}"));
         }
         // …then the same inputs ten times.
@@ -422,7 +541,8 @@ fn deterministic(dev: &Device) -> Result<(), String> {
             .collect::<Vec<_>>())?;
         let mut first: Option<[Vec<u16>; 3]> = None;
         for run in 0..10 {
-            let (r, [dq, dk, dv]) = backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], &lse, &opts)?;
+            let (r, [dq, dk, dv]) =
+                backward_into_nan(dev, p, [&q, &k, &v, &out, &d_o], From::Lse(&lse), &opts)?;
             r.map_err(e2s)?;
             let bits = |b: &DeviceBuffer<bf16>| -> Result<Vec<u16>, String> {
                 Ok(dev.download(b).map_err(e2s)?.iter().map(|x| x.to_bits()).collect())

@@ -125,7 +125,8 @@ fn compile(tc: &Toolchain, arch: &str, target_dir: &Path) -> Result<String> {
 /// multiprocessor.
 fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
     use flashattn_kernels::config::{
-        BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, MMA_CONFIGS, MMA_KERNELS, WGMMA_CONFIGS, WGMMA_KERNELS,
+        BWD_CONFIGS, BWD_KERNELS, BWD_PREP_KERNELS, BWD_PREP_RES_KERNELS, MMA_CONFIGS, MMA_KERNELS,
+        WGMMA_CONFIGS, WGMMA_KERNELS,
     };
     use flashattn_kernels::params::BWD_PREP_THREADS;
     let mut bounds: Vec<(&str, u32, u32)> = Vec::new();
@@ -145,6 +146,12 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
     // 16×64 accumulators).
     for names in BWD_PREP_KERNELS {
         bounds.extend(names.iter().map(|&n| (n, BWD_PREP_THREADS, 3)));
+    }
+    // Their residual twins (sm_90a, instances without a window; `""` names none).
+    if arch == flashattn_kernels::registry::Target::Sm90a.name() {
+        for names in BWD_PREP_RES_KERNELS {
+            bounds.extend(names.iter().filter(|n| !n.is_empty()).map(|&n| (n, BWD_PREP_THREADS, 3)));
+        }
     }
     let mut out = ptx.to_string();
     for (name, threads, min_blocks) in bounds {

@@ -46,6 +46,8 @@ use super::arch::ldmatrix;
 use super::arch::mma::{Bf16, F16, MmaElement};
 use super::arch::shared;
 use super::arch::shuffle;
+#[cfg(target_feature = "sm_90a")]
+use super::arch::thread::sync_threads_or;
 use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
 use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
@@ -175,7 +177,14 @@ fn b_rows(lane: u32, chunks: u32) -> FragRows {
 /// accumulator buffers of `bp.attn.partial_rows` rows; launch with [`PT`] threads and
 /// [`BwdConfig::prep_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
-unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const PS: usize, const WIN: bool>(
+unsafe fn bwd_prep<
+    E: WgmmaElement,
+    const D: usize,
+    const PD: usize,
+    const PS: usize,
+    const WIN: bool,
+    const RES: bool,
+>(
     bp: &BwdParams,
 ) {
     const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32) && (PS == 1 || PS == 2)) };
@@ -203,6 +212,13 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const PS: u
         unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), first) };
     }
     if m0 >= seq.len_q {
+        return;
+    }
+    // (The residual entries, `RES`: a training forward's residuals give D from O, without the
+    // pass over the keys, unless a row of the tile needs that pass.)
+    #[cfg(target_feature = "sm_90a")]
+    // SAFETY: forwarded contract (the residual buffers are sized and laid out by the host).
+    if RES && bp.residual_rows != 0 && unsafe { prep_from_residuals::<E, D, PD>(bp, &seq, h, m0) } {
         return;
     }
     let kv_h = h / p.group.max(1);
@@ -246,18 +262,7 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const PS: u
     }
     cp_async::commit();
 
-    // Zero this block's rows of the dQ accumulator (16-byte stores; rows of d = 8k floats).
-    let d = p.head_dim;
-    // (`max(1)`: the host never passes d = 0, and the compiler then needs no division panic.)
-    let quads = (d / 4).max(1);
-    let mut i = tid;
-    while i < (row_end - m0) * quads {
-        let (r, c) = (i / quads, i % quads);
-        let at = seq.lse_index(p, h, m0 + r) * d as u64 + 4 * c as u64;
-        // SAFETY: row `r` of the accumulator (host sizing), 16-byte aligned.
-        unsafe { global::store_u32x4(bp.dq_acc + 4 * at, [0; 4]) };
-        i += PT as u32;
-    }
+    zero_dq_rows(bp, &seq, h, m0, row_end, tid);
 
     // This lane's rows g and g+8 of its warp's slab: log-sum-exp and key limit (rows past the
     // end see no key).
@@ -423,6 +428,116 @@ unsafe fn bwd_prep<E: WgmmaElement, const D: usize, const PD: usize, const PS: u
     }
     // No copy stays in flight past the kernel (with no key tile, Q's and dO's never waited).
     cp_async::wait::<0>();
+}
+
+/// Zeroes rows `m0..row_end` of head `h`'s dQ accumulator (16-byte stores; rows of d = 8k
+/// floats), by the [`PT`] threads of a preprocessing block (`tid` this one).
+#[inline(always)]
+fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, tid: u32) {
+    let p = &bp.attn;
+    let d = p.head_dim;
+    // (`max(1)`: the host never passes d = 0, and the compiler then needs no division panic.)
+    let quads = (d / 4).max(1);
+    let mut i = tid;
+    while i < (row_end - m0) * quads {
+        let (r, c) = (i / quads, i % quads);
+        let at = seq.lse_index(p, h, m0 + r) * d as u64 + 4 * c as u64;
+        // SAFETY: row `r` of the accumulator (host sizing), 16-byte aligned.
+        unsafe { global::store_u32x4(bp.dq_acc + 4 * at, [0; 4]) };
+        i += PT as u32;
+    }
+}
+
+/// The preprocessing kernel's work from a training forward's residuals
+/// ([`BwdParams::residual_rows`]), for the [`BM`] query rows from `m0` (some of them inside the
+/// sequence): each row's statistics `[offset, 1/ℓ, 0, D]` with the forward's own offset and ℓ
+/// (so that the main kernel's `P = 2^(s·scale_log2 + offset)/ℓ` is the forward's probability),
+/// and `D = dO·O + dO·O_lo`, both products on `wgmma` with [`scores_wgmma`] — the instruction
+/// and `k` order in which the main kernel forms `dP = dO·Vᵀ`. So in a row whose forward output
+/// is one key's V row exactly (one visible key, or the others' probabilities rounded away:
+/// `O_lo = 0`), `D` is that key's `dP` bit for bit and its `dS = P·(dP − D)` exactly 0, as in
+/// standard attention; elsewhere `O + O_lo` is O in f32 to about twice the storage precision,
+/// the accuracy of the pass over the keys. Also zeroes the rows' dQ accumulator, as that pass
+/// does. Returns false, having written nothing, when a row of the tile has a flagged offset
+/// (NaN: the forward took the two-step probabilities there), for the pass over the keys to run.
+///
+/// # Safety
+/// As [`bwd_prep`], with `residual_rows`, `o` and `o_lo` valid for the problem (host).
+#[cfg(target_feature = "sm_90a")]
+#[inline(always)]
+unsafe fn prep_from_residuals<E: WgmmaElement, const D: usize, const PD: usize>(
+    bp: &BwdParams,
+    seq: &SeqView,
+    h: u32,
+    m0: u32,
+) -> bool {
+    let p = &bp.attn;
+    let tid = thread_x();
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (g, t4) = (lane / 4, lane % 4);
+    // Lane (g, t4) of warp w holds the scores of tile rows 16·w + g (+ 8) and columns
+    // 8·nt + 2·t4 + e: the diagonal of rows 16·w + g + 8·half lies in accumulator tile
+    // nt = 2·w + half, element 2·half + g % 2, of the lane with t4 = g / 2, which writes the row.
+    let holder = t4 == g / 2;
+    let rows = [0, 1].map(|half| m0 + 16 * warp + g + 8 * half);
+    let mut fwd = [[0.0f32; 2]; 2];
+    for (half, f) in fwd.iter_mut().enumerate() {
+        if holder && rows[half] < seq.len_q {
+            // SAFETY: the row's two f32 (host sizing), 8-byte aligned.
+            *f = unsafe { global::load_f32x2(bp.residual_rows + 8 * seq.lse_index(p, h, rows[half])) };
+        }
+    }
+    if sync_threads_or(fwd[0][0].is_nan() | fwd[1][0].is_nan()) {
+        return false;
+    }
+    let tile_bytes = 2 * (BM * PD) as u32;
+    let (o_tile, do_tile) = (tiles_base(), tiles_base() + tile_bytes);
+    let lo_tile = do_tile + tile_bytes;
+    // SAFETY: three tiles inside the dynamic shared memory (its Q, dO and first K tiles);
+    // sources validated by the host.
+    unsafe {
+        load_tile_in::<BM, PD, PT, PAD_CHUNKS, true>(
+            o_tile,
+            HeadRows::query_rows(bp.o, &bp.o_strides, p, seq, h),
+            m0,
+        );
+        load_tile_in::<BM, PD, PT, PAD_CHUNKS, true>(do_tile, HeadRows::outputs(p, seq, h), m0);
+        load_tile_in::<BM, PD, PT, PAD_CHUNKS, true>(
+            lo_tile,
+            HeadRows::query_rows(bp.o_lo, &bp.o_strides, p, seq, h),
+            m0,
+        );
+    }
+    cp_async::commit();
+    zero_dq_rows(bp, seq, h, m0, (m0 + BM as u32).min(seq.len_q), tid);
+    cp_async::wait::<0>();
+    wgmma::fence_proxy_async_shared();
+    sync_threads();
+    let mut main = [[0.0f32; 4]; BM / 8];
+    let mut low = [[0.0f32; 4]; BM / 8];
+    // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
+    unsafe { scores_wgmma::<E, D, BM, BM>(&mut main, &mut low, (do_tile, do_tile), (o_tile, lo_tile)) };
+    for half in 0..2 {
+        // (Selected with compile-time indices only: a lane-dependent index would put the
+        // accumulators in local memory.)
+        let (mut dm, mut dl) = (0.0f32, 0.0f32);
+        for nt in 0..BM / 8 {
+            if nt as u32 == 2 * warp + half as u32 {
+                let odd = g % 2 == 1;
+                dm = if odd { main[nt][2 * half + 1] } else { main[nt][2 * half] };
+                dl = if odd { low[nt][2 * half + 1] } else { low[nt][2 * half] };
+            }
+        }
+        let [offset, l] = fwd[half];
+        if holder && rows[half] < seq.len_q {
+            // A row without keys (ℓ = 0) has no probabilities: offset -inf, 1/ℓ taken as 0.
+            let (offset, inv) = if l == 0.0 { (f32::NEG_INFINITY, 0.0) } else { (offset, 1.0 / l) };
+            let r = seq.lse_index(p, h, rows[half]);
+            // SAFETY: row `r` of the statistics (host sizing), 16-byte aligned.
+            unsafe { global::store_u32x4(stat_addr(bp, r), [offset, inv, 0.0, dm + dl].map(f32::to_bits)) };
+        }
+    }
+    true
 }
 
 /// The preprocessing kernel's probabilities of one row (elements `2·half`, `2·half + 1` of the
@@ -1226,10 +1341,38 @@ macro_rules! bwd_entries {
                         { C.pitch() as usize },
                         { C.prep_stages(WGMMA) as usize },
                         { C.window == 1 },
+                        false,
                     >(&p)
                 }
             }
+
+            bwd_entries!(@residual $elem, $dt, $d, $w, $b, $win);
         };
+    };
+    // The preprocessing kernel that also takes a training forward's residuals (sm_90a, plain
+    // instances: [`prep_from_residuals`]); none for the window instances.
+    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {};
+    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
+        /// The backward's preprocessing kernel with a training forward's residuals (see
+        /// [`prep_from_residuals`]).
+        ///
+        /// # Safety
+        /// See [`bwd_prep`] and [`prep_from_residuals`].
+        #[cfg(target_feature = "sm_90a")]
+        #[unsafe(export_name = crate::bwd_kernel_name!(prep_res, $dt, $d, $w, $b, 0))]
+        pub unsafe extern "ptx-kernel" fn entry_prep_res(p: BwdParams) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                bwd_prep::<
+                    $elem,
+                    { C.head_dim as usize },
+                    { C.pitch() as usize },
+                    { C.prep_stages(WGMMA) as usize },
+                    false,
+                    true,
+                >(&p)
+            }
+        }
     };
 }
 

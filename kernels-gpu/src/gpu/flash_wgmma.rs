@@ -200,6 +200,7 @@ unsafe fn flash_fwd_wgmma<
     const PK: usize,
     const WIN: bool,
     const SEQ: bool,
+    const TRAIN: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -349,6 +350,9 @@ unsafe fn flash_fwd_wgmma<
     let max_fused = FUSED_LIMIT / a.scale_log2;
     let mut o = [[0.0f32; 32]; DP];
     let mut state = [OnlineSoftmax::new(); 2];
+    // (Training instances: whether a tile of this warp's rows took the two-step probabilities,
+    // which the backward's one-FMA recomputation cannot reproduce: such rows are flagged.)
+    let mut two_step = false;
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
     // SAFETY: the barrier is initialised; TMA completes it.
@@ -436,6 +440,7 @@ unsafe fn flash_fwd_wgmma<
             }
             let largest = state[0].max.abs().max(state[1].max.abs());
             let fused = shuffle::all(largest < max_fused);
+            two_step |= TRAIN && !fused;
             if !fused {
                 for (k, x) in $sc.iter_mut().enumerate() {
                     let m = state[(k % 4) / 2].max;
@@ -449,7 +454,9 @@ unsafe fn flash_fwd_wgmma<
                     for e in 0..2 {
                         let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
                         $sc[4 * nt + 2 * half + e] = x;
-                        sum += x;
+                        // (Training instances: the probability as `P·V` will see it, rounded to
+                        // the storage type; `pack_p` rounds the same value again, to the same bits.)
+                        sum += if TRAIN { E::round(x) } else { x };
                     }
                 }
                 state[half].add(sum);
@@ -693,16 +700,33 @@ unsafe fn flash_fwd_wgmma<
             // SAFETY: inside the log-sum-exp output (host sizing).
             unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
         }
-        let row_addr = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+        if TRAIN && t4 == 0 {
+            // What the backward recomputes the probabilities from: the offset every tile's
+            // probabilities were formed with at the final maximum, and ℓ (of the rounded ones).
+            let offset = if two_step { f32::NAN } else { st.current(a.scale_log2).neg_max_scaled };
+            let idx = seq.lse_index(a, h, row);
+            // SAFETY: row `idx` of the residual rows (host sizing: one per log-sum-exp row), 8-byte
+            // aligned.
+            unsafe { global::store_f32x2(p.residual_rows + 8 * idx, [offset, st.sum]) };
+        }
+        let o_offset = 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+        let row_addr = a.o + o_offset;
         for (panel, op) in o.iter().enumerate() {
             for dt in 0..8 {
                 let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
                 if col < d {
-                    let packed =
-                        E::pack(op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum);
+                    let x = [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
+                    let packed = E::pack(x[0], x[1]);
                     // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
                     // O, 4-byte aligned.
                     unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
+                    if TRAIN {
+                        // O's residual: what rounding to the storage type dropped.
+                        let hi = E::unpack(packed);
+                        let lo = E::pack(x[0] - hi[0], x[1] - hi[1]);
+                        // SAFETY: as for O: `o_lo` has O's layout (host validation).
+                        unsafe { global::store_u32(p.o_lo + o_offset + 2 * col as u64, lo) };
+                    }
                 }
             }
         }
@@ -711,20 +735,21 @@ unsafe fn flash_fwd_wgmma<
 
 /// One exported entry per instance of [`crate::for_each_wgmma_instance!`] and element type.
 macro_rules! wgmma_entries {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt))*) => {
-        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s, $win);
-           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s, $win); )*
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt))*) => {
+        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s, $win, $train);
+           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s, $win, $train); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt) => {
         const _: () = {
             /// Hopper flash-attention forward kernel (see the module docs).
             ///
             /// # Safety
             /// See [`flash_fwd_wgmma`].
-            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win))]
+            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win, $train))]
             pub unsafe extern "ptx-kernel" fn entry(p: WgmmaParams) {
-                const C: WgmmaConfig =
-                    WgmmaConfig { head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win };
+                const C: WgmmaConfig = WgmmaConfig {
+                    head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win, train: $train,
+                };
                 // SAFETY: forwarded contract.
                 unsafe {
                     flash_fwd_wgmma::<
@@ -739,6 +764,7 @@ macro_rules! wgmma_entries {
                         { (C.block_n / 16) as usize },
                         { C.window != 0 },
                         { C.window == 2 },
+                        { C.train != 0 },
                     >(&p)
                 }
             }

@@ -112,10 +112,23 @@ impl<'a> HeadRows<'a> {
     /// output, or the backward's upstream gradient dO (which the backward passes there).
     #[inline(always)]
     pub(super) fn outputs(p: &'a AttnParams, seq: &'a SeqView, head: u32) -> HeadRows<'a> {
+        Self::query_rows(p.o, &p.o_strides, p, seq, head)
+    }
+
+    /// Head `head` of a tensor at `src` with `strides` that has a row per query token (the
+    /// backward reads the forward's O and its residual beside dO).
+    #[inline(always)]
+    pub(super) fn query_rows(
+        src: u64,
+        strides: &'a [u64; 3],
+        p: &AttnParams,
+        seq: &'a SeqView,
+        head: u32,
+    ) -> HeadRows<'a> {
         HeadRows {
-            src: p.o,
+            src,
             seq,
-            strides: &p.o_strides,
+            strides,
             start: seq.q_start,
             head,
             len: seq.len_q,

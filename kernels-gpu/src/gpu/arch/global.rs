@@ -198,6 +198,20 @@ pub unsafe fn load_f32(addr: u64) -> f32 {
     unsafe { F32::load(addr) }
 }
 
+/// `ld.global.nc.v2.f32`: two f32 written by an earlier kernel and read-only for this one.
+///
+/// # Safety
+/// `addr` must be a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32x2(addr: u64) -> [f32; 2] {
+    let (x, y): (f32, f32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.global.nc.v2.f32 {{{x}, {y}}}, [{a}];", x = out(reg32) x, y = out(reg32) y, a = in(reg64) addr)
+    };
+    [x, y]
+}
+
 /// `ld.global.nc.v4.f32`: four f32 written by an earlier kernel and read-only for this one.
 ///
 /// # Safety

@@ -19,6 +19,15 @@ pub trait MmaElement {
     /// Packs two f32 into one register of this type (`lo` in the low half), rounding to nearest.
     fn pack(lo: f32, hi: f32) -> u32;
 
+    /// The two values of a packed register, exactly, as f32 (`[low half, high half]`): the
+    /// inverse of [`MmaElement::pack`] on representable values.
+    fn unpack(w: u32) -> [f32; 2];
+
+    /// `x` rounded to nearest (even) in this type, as f32: the value [`MmaElement::pack`] stores
+    /// for it. One conversion of its own (not `pack`'s instruction, which LLVM would otherwise
+    /// merge with a later `pack` of the same values, moving it across `wgmma` waits).
+    fn round(x: f32) -> f32;
+
     /// The accumulator-to-operand repack: two C/D tiles (16×8 each, f32: columns 0–7 and 8–15
     /// of a 16×16 block) become the A operand of the next product (16×16, this type), in
     /// registers. Lane `l` holds C elements (row g, cols 2t, 2t+1) and (row g+8, …) of each tile,
@@ -68,6 +77,48 @@ macro_rules! mma_element {
                 unsafe {
                     asm!(concat!("cvt.rn.", $ptx, "x2.f32 {r}, {hi}, {lo};"), r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo, options(pure, nomem, nostack))
                 };
+                r
+            }
+
+            #[inline(always)]
+            fn unpack(w: u32) -> [f32; 2] {
+                if $ptx.as_bytes()[0] == b'b' {
+                    // bfloat16 is the upper half of an f32: a shift and a mask.
+                    [f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000)]
+                } else {
+                    let (lo, hi): (f32, f32);
+                    // SAFETY: register conversions (exact: every half is an f32).
+                    unsafe {
+                        asm!(
+                            "{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.f32.f16 {lo}, l; cvt.f32.f16 {hi}, h; }}",
+                            w = in(reg32) w, lo = out(reg32) lo, hi = out(reg32) hi,
+                            options(pure, nomem, nostack),
+                        )
+                    };
+                    [lo, hi]
+                }
+            }
+
+            #[inline(always)]
+            fn round(x: f32) -> f32 {
+                let r: f32;
+                if $ptx.as_bytes()[0] == b'b' {
+                    // SAFETY: register conversions.
+                    unsafe {
+                        asm!(
+                            "{{ .reg .b16 h; .reg .b32 w; cvt.rn.bf16.f32 h, {x}; cvt.u32.u16 w, h; shl.b32 {r}, w, 16; }}",
+                            x = in(reg32) x, r = out(reg32) r, options(pure, nomem, nostack),
+                        )
+                    };
+                } else {
+                    // SAFETY: register conversions.
+                    unsafe {
+                        asm!(
+                            "{{ .reg .b16 h; cvt.rn.f16.f32 h, {x}; cvt.f32.f16 {r}, h; }}",
+                            x = in(reg32) x, r = out(reg32) r, options(pure, nomem, nostack),
+                        )
+                    };
+                }
                 r
             }
         }

@@ -78,6 +78,21 @@ pub fn sync_threads() {
     unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) }
 }
 
+/// `barrier.red.or.pred`: [`sync_threads`] that also returns whether `pred` holds in any thread
+/// of the block (the same answer in every thread). Same precondition as [`sync_threads`].
+#[inline(always)]
+pub fn sync_threads_or(pred: bool) -> bool {
+    let any: u32;
+    // SAFETY: a barrier; all threads of the block reach it (see [`sync_threads`]).
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; barrier.red.or.pred q, 0, p; selp.u32 {r}, 1, 0, q; }}",
+            x = in(reg32) pred as u32, r = out(reg32) any, options(nostack)
+        )
+    }
+    any != 0
+}
+
 /// `setmaxnreg.dec.sync.aligned.u32 N`: this warpgroup gives registers back, keeping `N` per
 /// thread (a multiple of 8, 24–256). All 128 threads of the warpgroup execute it together. Takes
 /// effect only in kernels with a register cap at entry (`.maxntid` and `.minnctapersm`, which
