@@ -72,8 +72,9 @@ pub(crate) struct LaunchShape {
     pub shared_bytes: u32,
 }
 
-/// A paged cache's table (its pages, held so that their address stays theirs) and its device copy.
-type KeptPageTable = (Arc<[u32]>, DeviceBuffer<u32>);
+/// A paged cache's table (its pages, held so that their address stays theirs) and its device
+/// copy, shared with the calls that read it until each has queued its kernels.
+type KeptPageTable = (Arc<[u32]>, Arc<DeviceBuffer<u32>>);
 
 /// One CUDA device, the library's kernels (loaded on first use) and one stream on which all its
 /// work runs.
@@ -456,34 +457,37 @@ impl Device {
         Ok(DeviceBuffer { slice, len: host.len() })
     }
 
-    /// The device address of a paged cache's table for work queued on `stream`, and the buffer
-    /// to keep alive until that work is queued when it was copied for this call alone.
+    /// The device address of a paged cache's table for work queued on `stream`, and the copy
+    /// it is in: the caller keeps that until its kernels are queued (its drop frees the copy in
+    /// stream order after them, if nothing else holds it).
     ///
     /// On the device's own stream the copy is kept for the next call that passes the same
     /// table (pointer-equal pages: an `Arc<[u32]>` never changes, and holding it keeps its
-    /// address from being reused); a different table replaces it, the old copy freed in stream
-    /// order after the kernels that read it. On another stream (a caller's) the table is copied
-    /// for the call and freed in that stream's order, since two streams are not ordered.
+    /// address from being reused); a different table replaces it. A call on another thread that
+    /// took the old copy's address still holds the old copy, so it is freed only after that
+    /// call's kernels too (session 13: before, the replacement freed it at once, and a kernel
+    /// queued afterwards read the other table's pages, NaN from a pool's spare pages). On
+    /// another stream (a caller's) the table is copied for the call and freed in that stream's
+    /// order, since two streams are not ordered.
     pub(crate) fn page_table_on(
         &self,
         stream: &Arc<CudaStream>,
         table: &crate::problem::BlockTable,
-    ) -> Result<(u64, Option<DeviceBuffer<u32>>)> {
+    ) -> Result<(u64, Arc<DeviceBuffer<u32>>)> {
         if !Arc::ptr_eq(stream, &self.stream) {
             let buf = self.upload_u32(stream, &table.pages)?;
-            return Ok((buf.device_address(), Some(buf)));
+            return Ok((buf.device_address(), Arc::new(buf)));
         }
         let mut kept = self.page_table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((pages, buf)) = kept.as_ref() {
             if Arc::ptr_eq(pages, &table.pages) {
-                return Ok((buf.device_address(), None));
+                return Ok((buf.device_address(), Arc::clone(buf)));
             }
         }
         *kept = None;
-        let buf = self.upload_u32(stream, &table.pages)?;
-        let address = buf.device_address();
-        *kept = Some((table.pages.clone(), buf));
-        Ok((address, None))
+        let buf = Arc::new(self.upload_u32(stream, &table.pages)?);
+        *kept = Some((table.pages.clone(), Arc::clone(&buf)));
+        Ok((buf.device_address(), buf))
     }
 
     /// Allocates `len` elements set to zero.

@@ -34,7 +34,9 @@ use crate::problem::{Layout, Problem};
 /// tensors never recur pay nothing more than before); keeping one costs a wait for the device's
 /// own stream, after which the copy is complete and any stream may read it.
 pub(crate) struct TensorMapCache {
-    kept: HashMap<Vec<u32>, crate::buffer::DeviceBuffer<u32>>,
+    /// Shared with the calls that took a copy's address until each has queued its kernel, so that
+    /// a clear on another thread cannot free a copy a kernel about to be queued still reads.
+    kept: HashMap<Vec<u32>, Arc<crate::buffer::DeviceBuffer<u32>>>,
     seen: HashSet<Vec<u32>>,
 }
 
@@ -138,10 +140,10 @@ impl Device {
         // Device allocations are 256-byte aligned: each 128-byte map lands 64-byte aligned.
         // `_this_call` (a first sighting's copy) is freed in stream order after the kernel.
         let (maps, _this_call) = match self.kept_tensor_maps(words)? {
-            Ok(address) => (address, None),
+            Ok(kept) => (kept.device_address(), kept),
             Err(words) => {
                 let buf = self.upload_u32(stream, &words)?;
-                (buf.device_address(), Some(buf))
+                (buf.device_address(), Arc::new(buf))
             }
         };
         // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
@@ -168,12 +170,16 @@ impl Device {
         unsafe { self.launch_plan(stream, plan, &params) }
     }
 
-    /// The device address of a kept copy of `words` (a map set), keeping it now if it was seen
-    /// before; `Err(words)` back when the caller must copy it for this call alone.
-    fn kept_tensor_maps(&self, words: Vec<u32>) -> Result<std::result::Result<u64, Vec<u32>>> {
+    /// A kept copy of `words` (a map set), keeping it now if it was seen before (the caller
+    /// holds it until its kernel is queued); `Err(words)` back when the caller must copy it for
+    /// this call alone.
+    fn kept_tensor_maps(
+        &self,
+        words: Vec<u32>,
+    ) -> Result<std::result::Result<Arc<crate::buffer::DeviceBuffer<u32>>, Vec<u32>>> {
         let mut cache = self.tensor_maps.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(buf) = cache.kept.get(&words) {
-            return Ok(Ok(buf.device_address()));
+            return Ok(Ok(Arc::clone(buf)));
         }
         if !cache.seen.remove(&words) {
             if cache.seen.len() >= MAP_SETS_SEEN {
@@ -193,9 +199,9 @@ impl Device {
             context: "waiting for a kept set of tensor maps to reach the device",
             source,
         })?;
-        let address = buf.device_address();
-        cache.kept.insert(words, buf);
-        Ok(Ok(address))
+        let buf = Arc::new(buf);
+        cache.kept.insert(words, Arc::clone(&buf));
+        Ok(Ok(buf))
     }
 }
 

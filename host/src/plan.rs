@@ -543,8 +543,9 @@ pub fn plan_for_backward(
         launch.kind = LaunchKind::Kernel(kernel.name());
         plan.residuals = true;
         plan.why.push(
-            "training: the row sums add the probabilities as rounded for P·V, and the kernel also writes O's \
-             residual and each row's probability offset and sum, so that the backward skips its pass over the keys"
+            "training instance: probabilities as 2^((s − max)·scale) (a row's largest exactly 1), and O's \
+             residual and each row's probability offset and sum written, so that the backward skips its pass \
+             over the keys"
                 .into(),
         );
     }

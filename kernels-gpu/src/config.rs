@@ -512,10 +512,10 @@ pub struct WgmmaConfig {
     /// ran 15% slower (session 10, `kernels-gpu/NOTES.md` v25), ALiBi and windows 2–18% faster;
     /// 0: the others.
     pub window: u32,
-    /// 1: a training instance (plain, `window` 0): the row sums `ℓ` add the probabilities as
-    /// rounded for `P·V` (so that O is an exact weighted average of V's rows under them), and
+    /// 1: a training instance (plain, `window` 0): every probability in the two-step form
+    /// `2^((s − m)·scale_log2)` (a row's largest score exactly 1, as the backward needs), and
     /// the epilogue writes what the backward needs to skip its preprocessing pass over the keys
-    /// — O's residual `O_lo = round(O_f32 − O)` and each row's `(−max·scale_log2, ℓ)`
+    /// — O's residual `O_lo = round(O_f32 − O)` and each row's probability offset and sum
     /// ([`crate::params::WgmmaParams::residual_rows`]); chosen by [`wgmma_train`] for
     /// `Device::attention_for_backward`. 0: the others.
     pub train: u32,

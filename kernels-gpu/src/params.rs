@@ -245,12 +245,12 @@ pub struct WgmmaParams {
     /// the storage type with O's layout (`attn.o_strides`): `O_lo = round(O_f32 − O)`, so that
     /// `O + O_lo` is the f32 output to about twice the type's precision. 0 elsewhere.
     pub o_lo: u64,
-    /// A training instance: each log-sum-exp row's `[−max·scale_log2, ℓ]` (two f32, 8-byte
-    /// aligned, at `8·`[`lse_index`]): the probability offset the forward used and the sum of
-    /// the rounded probabilities, so that the backward recomputes `P = 2^(s·scale_log2 +
-    /// offset)/ℓ` exactly as the forward formed it; the offset is NaN for a row whose maximum
-    /// needed the two-step probability (`|max·scale_log2| ≥` [`crate::softmax::FUSED_LIMIT`]),
-    /// which the backward then recomputes from the keys. 0 elsewhere.
+    /// A training instance: each log-sum-exp row's `[offset, ℓ']` (two f32, 8-byte aligned, at
+    /// `8·`[`lse_index`]) such that `2^(s·scale_log2 + offset)/ℓ'` is the probability the
+    /// forward formed, `2^((s − max)·scale_log2)/ℓ`, in one FMA: `offset = −round(max·scale_log2)`
+    /// and `ℓ' = ℓ·2^δ` with `δ` that rounding's error; `(0, 0)` for a row without keys; the
+    /// offset NaN where `|max·scale_log2| ≥` [`crate::softmax::FUSED_LIMIT`] (the backward then
+    /// recomputes the row from its keys). 0 elsewhere.
     pub residual_rows: u64,
 }
 

@@ -198,7 +198,8 @@ impl OutputErrors {
     pub fn failure(&self, dtype: DType) -> Option<(OutputElement, String)> {
         if let Some(w) = self.non_finite {
             let (n, last) = self.non_finite_count;
-            let last = last.map_or(String::new(), |l| format!("; the last at index {} {:?}", l.index, l.coord));
+            let last =
+                last.map_or(String::new(), |l| format!("; the last at index {} {:?}", l.index, l.coord));
             let why = format!(
                 "output is not finite (NaN or infinite: unwritten, or overflowed) in {n} of {} elements{last}",
                 self.elements

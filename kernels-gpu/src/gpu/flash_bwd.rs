@@ -450,8 +450,8 @@ fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, ti
 
 /// The preprocessing kernel's work from a training forward's residuals
 /// ([`BwdParams::residual_rows`]), for the [`BM`] query rows from `m0` (some of them inside the
-/// sequence): each row's statistics `[offset, 1/ℓ, 0, D]` with the forward's own offset and ℓ
-/// (so that the main kernel's `P = 2^(s·scale_log2 + offset)/ℓ` is the forward's probability),
+/// sequence): each row's statistics `[offset, 1/ℓ', 0, D]` with the forward's offset and sum
+/// (so that the main kernel's `P = 2^(s·scale_log2 + offset)/ℓ'` is the forward's probability),
 /// and `D = dO·O + dO·O_lo`, both products on `wgmma` with [`scores_wgmma`] — the instruction
 /// and `k` order in which the main kernel forms `dP = dO·Vᵀ`. So in a row whose forward output
 /// is one key's V row exactly (one visible key, or the others' probabilities rounded away:
@@ -459,7 +459,7 @@ fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, ti
 /// standard attention; elsewhere `O + O_lo` is O in f32 to about twice the storage precision,
 /// the accuracy of the pass over the keys. Also zeroes the rows' dQ accumulator, as that pass
 /// does. Returns false, having written nothing, when a row of the tile has a flagged offset
-/// (NaN: the forward took the two-step probabilities there), for the pass over the keys to run.
+/// (NaN: `|max·scale_log2|` too large for one FMA), for the pass over the keys to run.
 ///
 /// # Safety
 /// As [`bwd_prep`], with `residual_rows`, `o` and `o_lo` valid for the problem (host).

@@ -350,9 +350,7 @@ unsafe fn flash_fwd_wgmma<
     let max_fused = FUSED_LIMIT / a.scale_log2;
     let mut o = [[0.0f32; 32]; DP];
     let mut state = [OnlineSoftmax::new(); 2];
-    // (Training instances: whether a tile of this warp's rows took the two-step probabilities,
-    // which the backward's one-FMA recomputation cannot reproduce: such rows are flagged.)
-    let mut two_step = false;
+
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
     // SAFETY: the barrier is initialised; TMA completes it.
@@ -439,8 +437,9 @@ unsafe fn flash_fwd_wgmma<
                 alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
             }
             let largest = state[0].max.abs().max(state[1].max.abs());
-            let fused = shuffle::all(largest < max_fused);
-            two_step |= TRAIN && !fused;
+            // Training instances always take the two-step form `2^((s − m)·c)`: a row's largest
+            // score then has probability exactly 1, which the backward needs (NOTES b18).
+            let fused = !TRAIN && shuffle::all(largest < max_fused);
             if !fused {
                 for (k, x) in $sc.iter_mut().enumerate() {
                     let m = state[(k % 4) / 2].max;
@@ -454,9 +453,7 @@ unsafe fn flash_fwd_wgmma<
                     for e in 0..2 {
                         let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
                         $sc[4 * nt + 2 * half + e] = x;
-                        // (Training instances: the probability as `P·V` will see it, rounded to
-                        // the storage type; `pack_p` rounds the same value again, to the same bits.)
-                        sum += if TRAIN { E::round(x) } else { x };
+                        sum += x;
                     }
                 }
                 state[half].add(sum);
@@ -701,13 +698,24 @@ unsafe fn flash_fwd_wgmma<
             unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
         }
         if TRAIN && t4 == 0 {
-            // What the backward recomputes the probabilities from: the offset every tile's
-            // probabilities were formed with at the final maximum, and ℓ (of the rounded ones).
-            let offset = if two_step { f32::NAN } else { st.current(a.scale_log2).neg_max_scaled };
+            // What the backward recomputes the probabilities from in one FMA,
+            // `2^(s·scale_log2 + offset)/ℓ'`: the offset `−round(m·scale_log2)` is off from the
+            // exact `−m·scale_log2` by `δ = fma(m, scale_log2, offset)` (exact), which scales
+            // every such probability by `2^δ`, so `ℓ' = ℓ·2^δ`. With `|m·scale_log2| ≥`
+            // [`FUSED_LIMIT`] (`2^δ` could overflow) the offset is NaN: the backward then
+            // recomputes the row from its keys.
+            let step = st.current(a.scale_log2);
+            let (offset, l) = if st.max == f32::NEG_INFINITY {
+                (0.0, 0.0)
+            } else if st.max.abs() < max_fused {
+                (step.neg_max_scaled, st.sum * exp2(fma(st.max, a.scale_log2, step.neg_max_scaled)))
+            } else {
+                (f32::NAN, st.sum)
+            };
             let idx = seq.lse_index(a, h, row);
             // SAFETY: row `idx` of the residual rows (host sizing: one per log-sum-exp row), 8-byte
             // aligned.
-            unsafe { global::store_f32x2(p.residual_rows + 8 * idx, [offset, st.sum]) };
+            unsafe { global::store_f32x2(p.residual_rows + 8 * idx, [offset, l]) };
         }
         let o_offset = 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
         let row_addr = a.o + o_offset;

@@ -23,10 +23,6 @@ pub trait MmaElement {
     /// inverse of [`MmaElement::pack`] on representable values.
     fn unpack(w: u32) -> [f32; 2];
 
-    /// `x` rounded to nearest (even) in this type, as f32: the value [`MmaElement::pack`] stores
-    /// for it. One conversion of its own (not `pack`'s instruction, which LLVM would otherwise
-    /// merge with a later `pack` of the same values, moving it across `wgmma` waits).
-    fn round(x: f32) -> f32;
 
     /// The accumulator-to-operand repack: two C/D tiles (16×8 each, f32: columns 0–7 and 8–15
     /// of a 16×16 block) become the A operand of the next product (16×16, this type), in
@@ -97,29 +93,6 @@ macro_rules! mma_element {
                     };
                     [lo, hi]
                 }
-            }
-
-            #[inline(always)]
-            fn round(x: f32) -> f32 {
-                let r: f32;
-                if $ptx.as_bytes()[0] == b'b' {
-                    // SAFETY: register conversions.
-                    unsafe {
-                        asm!(
-                            "{{ .reg .b16 h; .reg .b32 w; cvt.rn.bf16.f32 h, {x}; cvt.u32.u16 w, h; shl.b32 {r}, w, 16; }}",
-                            x = in(reg32) x, r = out(reg32) r, options(pure, nomem, nostack),
-                        )
-                    };
-                } else {
-                    // SAFETY: register conversions.
-                    unsafe {
-                        asm!(
-                            "{{ .reg .b16 h; cvt.rn.f16.f32 h, {x}; cvt.f32.f16 {r}, h; }}",
-                            x = in(reg32) x, r = out(reg32) r, options(pure, nomem, nostack),
-                        )
-                    };
-                }
-                r
             }
         }
     };
