@@ -16,10 +16,15 @@ fn main() -> Result<(), flashattn::Error> {
     println!("{plan}"); // which kernel, tiles, shared memory, grid
     let o: Vec<bf16> = dev.download(&out)?;
     println!("o[0] = {}", o[0]);
-    // Training: the gradients of L = Σ O ∘ dO, from the forward's O and log-sum-exp.
+    // Training: a forward that keeps what its backward needs (the log-sum-exp, and on Hopper O's
+    // residual and the rows' sums, which spare the backward a pass over the keys), then the
+    // gradients of L = Σ O ∘ dO.
+    let mut saved = dev.alloc_saved::<bf16>(l, 2 * 16 * 4096)?;
+    dev.attention_for_backward(q.view(l), k.view(l), v.view(l), out.view_mut(l), &mut saved, &opts)?;
     let d_o = dev.upload(&vec![bf16::from_f32(1.0); n])?;
     let (mut dq, mut dk, mut dv) = (dev.alloc::<bf16>(n)?, dev.alloc::<bf16>(n)?, dev.alloc::<bf16>(n)?);
     let grads = DeviceGradients { dq: dq.view_mut(l), dk: dk.view_mut(l), dv: dv.view_mut(l) };
-    dev.attention_backward(q.view(l), k.view(l), v.view(l), out.view(l), &lse, d_o.view(l), grads, &opts)?;
+    let (q, k, v, o) = (q.view(l), k.view(l), v.view(l), out.view(l));
+    dev.attention_backward_saved(q, k, v, o, &saved, d_o.view(l), grads, &opts)?;
     Ok(())
 }
