@@ -23,7 +23,6 @@ pub trait MmaElement {
     /// inverse of [`MmaElement::pack`] on representable values.
     fn unpack(w: u32) -> [f32; 2];
 
-
     /// The accumulator-to-operand repack: two C/D tiles (16×8 each, f32: columns 0–7 and 8–15
     /// of a 16×16 block) become the A operand of the next product (16×16, this type), in
     /// registers. Lane `l` holds C elements (row g, cols 2t, 2t+1) and (row g+8, …) of each tile,
