@@ -64,21 +64,10 @@ impl Device {
         lse: Option<&mut DeviceBuffer<f32>>,
         opts: &AttentionOptions,
     ) -> Result<Plan> {
-        for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf)] {
-            self.owns(what, buf)?;
-        }
-        self.owns("out", out.buf)?;
         if let Some(l) = &lse {
             self.owns("lse", l)?;
         }
-        let problem = Problem::new(
-            q.layout,
-            k.layout,
-            v.layout,
-            out.layout,
-            [q.buf.len(), k.buf.len(), v.buf.len(), out.buf.len()],
-            opts,
-        )?;
+        let problem = self.forward_problem(&q, &k, &v, &out, opts)?;
         problem.check_lse_len(lse.as_ref().map(|l| l.len()))?;
         let io = Io {
             q: q.buf.device_address(),
@@ -90,14 +79,49 @@ impl Device {
             residuals: None,
         };
         let plan = crate::plan::plan(self.props(), T::DTYPE, &problem, opts)?;
+        self.run_forward(T::DTYPE, &problem, io, &plan)?;
+        Ok(plan)
+    }
+
+    /// A forward call's problem, once its tensors are known to be this device's.
+    pub(crate) fn forward_problem<T: Element>(
+        &self,
+        q: &DeviceTensor<'_, T>,
+        k: &DeviceTensor<'_, T>,
+        v: &DeviceTensor<'_, T>,
+        out: &DeviceTensorMut<'_, T>,
+        opts: &AttentionOptions,
+    ) -> Result<Problem> {
+        for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf)] {
+            self.owns(what, buf)?;
+        }
+        self.owns("out", out.buf)?;
+        Ok(Problem::new(
+            q.layout,
+            k.layout,
+            v.layout,
+            out.layout,
+            [q.buf.len(), k.buf.len(), v.buf.len(), out.buf.len()],
+            opts,
+        )?)
+    }
+
+    /// Queues a planned forward on the device's stream: standard attention or the kernels
+    /// (nothing for an empty plan).
+    pub(crate) fn run_forward(
+        &self,
+        dtype: crate::buffer::DType,
+        problem: &Problem,
+        io: Io,
+        plan: &Plan,
+    ) -> Result<()> {
         if plan.launches.is_empty() {
-            return Ok(plan);
+            return Ok(());
         }
         match plan.method {
-            Method::Standard => crate::standard::run(self, T::DTYPE, &problem, io, &plan)?,
-            _ => self.run_kernels(self.stream(), T::DTYPE, &problem, io, &plan)?,
+            Method::Standard => crate::standard::run(self, dtype, problem, io, plan),
+            _ => self.run_kernels(self.stream(), dtype, problem, io, plan),
         }
-        Ok(plan)
     }
 
     /// Queues a planned kernel method (not `Standard`) on `stream`: the Hopper kernel with its

@@ -22,7 +22,7 @@ use crate::buffer::{DeviceBuffer, Element};
 use crate::device::Device;
 use crate::error::{InvalidInput, Result};
 use crate::plan::Plan;
-use crate::problem::{AttentionOptions, Layout, Method, Problem};
+use crate::problem::{AttentionOptions, Layout, Problem};
 
 /// The state a training forward keeps for the GPU backward: the log-sum-exp and, where the
 /// forward's kernel writes them (the Hopper kernel's training instances: f16/bf16, head dims up
@@ -122,26 +122,11 @@ impl Device {
         saved: &mut SavedForBackward<T>,
         opts: &AttentionOptions,
     ) -> Result<Plan> {
-        for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf)] {
-            self.owns(what, buf)?;
-        }
-        self.owns("out", out.buf)?;
         self.owns("saved", &saved.lse)?;
-        let problem = Problem::new(
-            q.layout,
-            k.layout,
-            v.layout,
-            out.layout,
-            [q.buf.len(), k.buf.len(), v.buf.len(), out.buf.len()],
-            opts,
-        )?;
+        let problem = self.forward_problem(&q, &k, &v, &out, opts)?;
         saved.check_sizes(&problem)?;
         let plan = crate::plan::plan_for_backward(self.props(), T::DTYPE, &problem, opts)?;
         saved.kept = None;
-        if plan.launches.is_empty() {
-            saved.kept = Some((problem, false));
-            return Ok(plan);
-        }
         let io = Io {
             q: q.buf.device_address(),
             k: k.buf.device_address(),
@@ -151,10 +136,7 @@ impl Device {
             partial: None,
             residuals: plan.residuals.then(|| (saved.o_lo.device_address(), saved.rows.device_address())),
         };
-        match plan.method {
-            Method::Standard => crate::standard::run(self, T::DTYPE, &problem, io, &plan)?,
-            _ => self.run_kernels(self.stream(), T::DTYPE, &problem, io, &plan)?,
-        }
+        self.run_forward(T::DTYPE, &problem, io, &plan)?;
         saved.kept = Some((problem, plan.residuals));
         Ok(plan)
     }
