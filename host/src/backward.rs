@@ -73,7 +73,7 @@ impl Device {
         grads: DeviceGradients<'_, T>,
         opts: &AttentionOptions,
         forward: Option<&Problem>,
-        residuals: Option<BwdResiduals<'_>>,
+        residuals: Option<BwdResiduals>,
     ) -> Result<Plan> {
         for (what, buf) in [("q", q.buf), ("k", k.buf), ("v", v.buf), ("o", o.buf), ("d_o", d_o.buf)] {
             self.owns(what, buf)?;
@@ -129,12 +129,10 @@ impl Device {
     }
 }
 
-/// A training forward's residuals for the backward: the forward's problem, and the device
-/// addresses of O's residual and the rows' statistics ([`crate::SavedForBackward`]).
+/// A training forward's residuals for the backward: the device addresses of O's residual and
+/// the rows' statistics ([`crate::SavedForBackward`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct BwdResiduals<'a> {
-    #[allow(dead_code)]
-    pub forward: &'a Problem,
+pub(crate) struct BwdResiduals {
     pub o_lo: u64,
     pub rows: u64,
 }

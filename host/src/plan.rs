@@ -548,6 +548,12 @@ pub fn plan_for_backward(
              over the keys"
                 .into(),
         );
+    } else if !plan.launches.is_empty() {
+        plan.why.push(
+            "training: this kernel keeps no residuals (only the Hopper kernel's plain instances at head dims \
+             40–128 do), so the backward makes its pass over the keys from the log-sum-exp"
+                .into(),
+        );
     }
     Ok(plan)
 }

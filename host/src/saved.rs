@@ -164,11 +164,8 @@ impl Device {
         let Some((forward, residuals)) = &saved.kept else {
             return Err(InvalidInput::NotSaved { why: "holds no forward" }.into());
         };
-        let residuals = residuals.then(|| BwdResiduals {
-            forward,
-            o_lo: saved.o_lo.device_address(),
-            rows: saved.rows.device_address(),
-        });
+        let residuals = residuals
+            .then(|| BwdResiduals { o_lo: saved.o_lo.device_address(), rows: saved.rows.device_address() });
         self.backward_checked(q, k, v, o, &saved.lse, d_o, grads, opts, Some(forward), residuals)
     }
 }

@@ -753,3 +753,56 @@ fn the_hopper_kernel_plans_on_sm90_only_and_says_what_it_refuses() {
         Err(InvalidInput::Tiles { .. })
     ));
 }
+
+#[test]
+fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them() {
+    use flashattn::{Window, plan_backward, plan_backward_from_residuals, plan_for_backward};
+    let auto = AttentionOptions::default();
+    let backward = |props: &DeviceProps, p: &Problem, o: &AttentionOptions, from_residuals: bool| {
+        let layouts = [("d_o", p.o()), ("dq", p.q()), ("dk", p.k()), ("dv", p.v())];
+        let f = if from_residuals { plan_backward_from_residuals } else { plan_backward };
+        f(props, DType::BF16, p, o, layouts).unwrap()
+    };
+    // Plain problems on sm_90 at head dims 40–128: the training instance, its residuals read by
+    // the residual preprocessing kernel; the tiles and the grid are the inference plan's.
+    for (d, causal) in [(40, false), (64, true), (96, false), (128, true)] {
+        let opts = AttentionOptions { causal, ..auto.clone() };
+        let l = Layout::bshd(2, 1000, 4, d);
+        let p = problem(l, l, &opts);
+        let (fwd, inference) = (
+            plan_for_backward(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap(),
+            plan(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap(),
+        );
+        assert!(fwd.residuals && !inference.residuals, "{fwd}");
+        assert!(fwd.kernel().ends_with("_train"), "{fwd}");
+        assert_eq!(fwd.main_launch().unwrap().grid, inference.main_launch().unwrap().grid);
+        assert_eq!(fwd.tiles, inference.tiles);
+        let bwd = backward(&DeviceProps::h200(), &p, &opts, true);
+        assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16"), "{bwd}");
+        let lse = backward(&DeviceProps::h200(), &p, &opts, false);
+        assert!(!lse.residuals && lse.kernel().starts_with("flash_bwd_prep_bf16"), "{lse}");
+        assert_eq!(bwd.launches.len(), lse.launches.len());
+    }
+    // No residuals (and the plan says so): sm_80, d = 32 (its forward on mma.sync), windows,
+    // short sequences; their backward (`Device::attention_backward_saved` plans it with
+    // `plan_backward`, the forward having kept none) makes the pass over the keys.
+    let window = AttentionOptions { window: Window { left: Some(64), right: None }, ..auto.clone() };
+    let cases = [
+        (DeviceProps::a100(), Layout::bshd(2, 1000, 4, 128), auto.clone()),
+        (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 32), auto.clone()),
+        (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 128), window),
+        (DeviceProps::h200(), Layout::bshd(2, 64, 4, 128), auto.clone()),
+    ];
+    for (props, l, opts) in cases {
+        let p = problem(l, l, &opts);
+        let fwd = plan_for_backward(&props, DType::BF16, &p, &opts).unwrap();
+        assert!(!fwd.residuals && fwd.why.iter().any(|w| w.contains("keeps no residuals")), "{fwd}");
+        let bwd = backward(&props, &p, &opts, false);
+        assert!(!bwd.residuals && !bwd.kernel().contains("prep_res"), "{bwd}");
+    }
+    // A window has no residual preprocessing kernel, even when asked for one.
+    let opts = AttentionOptions { window: Window { left: Some(64), right: None }, ..auto };
+    let l = Layout::bshd(2, 1000, 4, 128);
+    let bwd = backward(&DeviceProps::h200(), &problem(l, l, &opts), &opts, true);
+    assert!(!bwd.residuals && !bwd.kernel().contains("prep_res"), "{bwd}");
+}

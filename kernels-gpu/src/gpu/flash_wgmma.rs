@@ -350,7 +350,6 @@ unsafe fn flash_fwd_wgmma<
     let max_fused = FUSED_LIMIT / a.scale_log2;
     let mut o = [[0.0f32; 32]; DP];
     let mut state = [OnlineSoftmax::new(); 2];
-
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
     // SAFETY: the barrier is initialised; TMA completes it.
