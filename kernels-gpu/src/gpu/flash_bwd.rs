@@ -32,8 +32,9 @@
 //! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
 //! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
 //! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
-//! d = 128 also `dQ += dS·K` (its own `wgmma` group, issued first, so that its adds overlap the
-//! dV/dK products). d = 32 (and sm_80) keep those three products on `mma.sync`.
+//! d = 128 (two warpgroups) and d = 64 on one warpgroup also `dQ += dS·K` (its own `wgmma` group,
+//! issued first, so that its adds overlap the dV/dK products). d = 32, the two-warpgroup d = 64
+//! blocks (and sm_80) keep those products on `mma.sync`.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -689,8 +690,8 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 /// 2. `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A operands read transposed from the P and dS tiles),
 ///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
 ///    the warpgroup's 64 keys);
-/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, d = 128: on
-///    `wgmma`, issued before 2.).
+/// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, one warpgroup
+///    per 64 columns — d = 128 on 8 warps, d = 64 on 4: on `wgmma`, issued before 2.).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -728,9 +729,10 @@ unsafe fn bwd_main<
         // columns stay inside one 64-column panel of the Q, dO and K tiles.
         assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 == W));
         assert!(!WGMMA || PD == 64 || (64 % (8 * NT3) == 0 && 64 % (8 * NT4) == 0));
-        // `dQ += dS·K` on `wgmma` at d = 128: warpgroup w / 4 computes all 64 queries × the
+        // `dQ += dS·K` on `wgmma` where each warpgroup owns 64 of the head dim's columns (d = 128
+        // on two warpgroups, d = 64 on one): warpgroup w / 4 computes all 64 queries × the
         // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
-        assert!(!(WGMMA && D == 128) || (W == 8 && WQ4 == 4 && NT4 == 8));
+        assert!(!(WGMMA && D % 64 == 0 && D / 64 == W / 4) || (WQ4 == 4 && NT4 == 8));
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -753,9 +755,10 @@ unsafe fn bwd_main<
     // ([`panel_swizzle`], read by `wgmma` MN-major: `.trans` A). Otherwise (`mma.sync`, and d = 32
     // on sm_90a) the `[query][key]` tiles read transposed by `ldmatrix`.
     let kvw = WGMMA && D % 64 == 0;
-    // sm_90a, d = 128: `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K
-    // MN-major from its 64-column panels; warpgroup wg the columns `64·wg…`).
-    let qw = WGMMA && D == 128;
+    // sm_90a, one warpgroup per 64 columns of the head dim (d = 128 on 8 warps, d = 64 on 4):
+    // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
+    // 64-column panels; warpgroup wg the columns `64·wg…`).
+    let qw = WGMMA && D % 64 == 0 && D / 64 == W / 4;
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -958,7 +961,7 @@ unsafe fn bwd_main<
         }
         sync_threads(); // P and dS visible to every warp
 
-        // (d = 128 on sm_90a: 3.'s product `dQ = dS·K` issued first, as its own `wgmma` group,
+        // (With `qw`: 3.'s product `dQ = dS·K` issued first, as its own `wgmma` group,
         // so that its adds can start while dV and dK are still computed.)
         #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
         let mut qf = [0.0f32; 32];
