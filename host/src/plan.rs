@@ -515,10 +515,10 @@ pub fn plan(
 }
 
 /// [`plan`] for a training forward ([`crate::Device::attention_for_backward`]): the same method
-/// and tiles, on the Hopper kernel's training instance where one runs the problem (plain
-/// problems: no window, no score modifier), which also writes what the backward needs to skip
-/// its pass over the keys ([`Plan::residuals`]). Elsewhere the plan is [`plan`]'s, and the
-/// backward makes that pass.
+/// and tiles, on the Hopper kernel's training instance of the same kind (plain, masked or
+/// softcap) where one runs the problem (head dims 40–128), which also writes what the backward
+/// needs to skip its pass over the keys ([`Plan::residuals`]). Elsewhere the plan is [`plan`]'s,
+/// and the backward makes that pass.
 pub fn plan_for_backward(
     props: &DeviceProps,
     dtype: DType,
@@ -527,8 +527,8 @@ pub fn plan_for_backward(
 ) -> Result<Plan, InvalidInput> {
     let mut plan = plan(props, dtype, problem, opts)?;
     let training = plan.launches.iter().enumerate().find_map(|(at, l)| match l.kernel?.info().family {
-        Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].window == 0 && WGMMA_CONFIGS[i].train == 0 => {
-            let t = wgmma_train(problem.head_dim() as u32)?;
+        Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
+            let t = wgmma_train(problem.head_dim() as u32, WGMMA_CONFIGS[i].window)?;
             let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
             let same =
                 (a.head_dim, a.block_m, a.block_n, a.stages) == (b.head_dim, b.block_m, b.block_n, b.stages);
@@ -550,8 +550,8 @@ pub fn plan_for_backward(
         );
     } else if !plan.launches.is_empty() {
         plan.why.push(
-            "training: this kernel keeps no residuals (only the Hopper kernel's plain instances at head dims \
-             40–128 do), so the backward makes its pass over the keys from the log-sum-exp"
+            "training: this kernel keeps no residuals (only the Hopper kernel's instances at head dims 40–128 \
+             do), so the backward makes its pass over the keys from the log-sum-exp"
                 .into(),
         );
     }
@@ -1272,8 +1272,8 @@ pub fn plan_backward(
 
 /// [`plan_backward`] given a training forward's residuals ([`Plan::residuals`] of the forward's
 /// plan, [`plan_for_backward`]): the preprocessing kernel then takes `D` from O and O's
-/// residual instead of a pass over the keys (its own [`Plan::residuals`] says so) — on sm_90a,
-/// for problems without a window; elsewhere the plan is [`plan_backward`]'s.
+/// residual instead of a pass over the keys (its own [`Plan::residuals`] says so) — on sm_90a;
+/// elsewhere the plan is [`plan_backward`]'s.
 pub fn plan_backward_from_residuals(
     props: &DeviceProps,
     dtype: DType,
@@ -1351,8 +1351,8 @@ fn backward_plan(
         return Err(unsupported(method, Reason::SharedMemory { needed, limit }));
     }
     let e = elem(dtype);
-    // (The residual preprocessing kernel: sm_90a, instances without a window.)
-    let residual_prep = if residuals && !windowed {
+    // (The residual preprocessing kernel: sm_90a.)
+    let residual_prep = if residuals {
         KernelId::of(Family::BwdPrepResidual(e, index))
             .filter(|k| props.target().is_some_and(|t| k.info().on(t)))
     } else {

@@ -512,12 +512,13 @@ pub struct WgmmaConfig {
     /// ran 15% slower (session 10, `kernels-gpu/NOTES.md` v25), ALiBi and windows 2–18% faster;
     /// 0: the others.
     pub window: u32,
-    /// 1: a training instance (plain, `window` 0): every probability in the two-step form
+    /// 1: a training instance (of any `window` kind): every probability in the two-step form
     /// `2^((s − m)·scale_log2)` (a row's largest score exactly 1, as the backward needs), and
     /// the epilogue writes what the backward needs to skip its preprocessing pass over the keys
     /// — O's residual `O_lo = round(O_f32 − O)` and each row's probability offset and sum
     /// ([`crate::params::WgmmaParams::residual_rows`]); chosen by [`wgmma_train`] for
-    /// `Device::attention_for_backward`. 0: the others.
+    /// `Device::attention_for_backward`, masked problems included (their backward's residual
+    /// preprocessing kernel is the window instance's). 0: the others.
     pub train: u32,
 }
 
@@ -574,7 +575,6 @@ impl WgmmaConfig {
             && self.stages >= 1
             && self.window <= 2
             && self.train <= 1
-            && (self.train == 0 || self.window == 0)
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -594,10 +594,11 @@ pub const fn wgmma_default(head_dim: u32) -> Option<usize> {
     wgmma_find(head_dim, 0, 0)
 }
 
-/// The Hopper training instance for head dim `d` (plain problems: no window, no score
-/// modifier), if one is instantiated: [`WgmmaConfig::train`].
-pub const fn wgmma_train(head_dim: u32) -> Option<usize> {
-    wgmma_find(head_dim, 0, 1)
+/// The Hopper training instance for head dim `d` of the inference instance kind `window`
+/// ([`WgmmaConfig::window`]: 0 plain, 1 masked, 2 softcap), if one is instantiated:
+/// [`WgmmaConfig::train`].
+pub const fn wgmma_train(head_dim: u32, window: u32) -> Option<usize> {
+    wgmma_find(head_dim, window, 1)
 }
 
 /// The masked Hopper instance (sliding windows, score modifiers) for head dim `d`.

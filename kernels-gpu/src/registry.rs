@@ -191,6 +191,10 @@ macro_rules! for_each_wgmma_instance {
             (192, 128, 64, 2, 2, 0)
             (64, 128, 128, 2, 0, 1)
             (128, 128, 128, 2, 0, 1)
+            (64, 128, 128, 2, 1, 1)
+            (128, 128, 128, 2, 1, 1)
+            (64, 128, 128, 2, 2, 1)
+            (128, 128, 128, 2, 2, 1)
         }
     };
 }
@@ -198,7 +202,7 @@ macro_rules! for_each_wgmma_instance {
 /// The entry name of one Hopper instance:
 /// `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`, with `_win` appended
 /// for a masked instance, `_win_softcap` for the masked instance without the intra-warpgroup
-/// overlap that the planner takes for softcaps and `_train` for a training instance.
+/// overlap that the planner takes for softcaps, and then `_train` for a training instance.
 #[macro_export]
 macro_rules! wgmma_kernel_name {
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0) => {
@@ -212,6 +216,12 @@ macro_rules! wgmma_kernel_name {
     };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 1) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_train")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 1, 1) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win_train")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 2, 1) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_win_softcap_train")
     };
 }
 
@@ -239,9 +249,9 @@ macro_rules! for_each_bwd_instance {
 /// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
 /// `flash_bwd_prep_{dtype}_d{head_dim}_w{warps}` (its code depends on the head dim alone; the
 /// name follows the instance so that variants of a head dim export distinct entries), with `_win`
-/// appended for a sliding-window instance; and for the other instances, on sm_90a, the
-/// preprocessing kernel that takes a training forward's residuals,
-/// `flash_bwd_prep_res_{dtype}_d{head_dim}_w{warps}` (`""` for window instances: none).
+/// appended for a sliding-window instance; and, on sm_90a, the preprocessing kernel that takes
+/// a training forward's residuals, `flash_bwd_prep_res_{dtype}_d{head_dim}_w{warps}` (`_win`
+/// appended likewise).
 #[macro_export]
 macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
@@ -260,7 +270,7 @@ macro_rules! bwd_kernel_name {
         concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w)
     };
     (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
-        ""
+        concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w, "_win")
     };
 }
 
@@ -373,24 +383,11 @@ const FIXED: [(&str, Family); 12] = [
     ("flash_bwd_dq_bf16", Family::BwdDq(Elem::Bf16)),
 ];
 
-/// Backward instances without a window (those with a residual preprocessing entry).
-const BWD_PLAIN: usize = {
-    let (mut n, mut i) = (0, 0);
-    while i < BWD_CONFIGS.len() {
-        if BWD_CONFIGS[i].window == 0 {
-            n += 1;
-        }
-        i += 1;
-    }
-    n
-};
-
 /// Number of entry points.
 pub const KERNEL_COUNT: usize = FIXED.len()
     + 3 * SIMT_HEAD_DIMS.len()
     + 2 * MMA_CONFIGS.len()
-    + 4 * BWD_CONFIGS.len()
-    + 2 * BWD_PLAIN
+    + 6 * BWD_CONFIGS.len()
     + 2 * WGMMA_CONFIGS.len();
 
 /// The targets of the Hopper-only kernels.
@@ -446,15 +443,12 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
                 family: Family::BwdPrep(ELEMS[e], i),
                 targets: &Target::ALL,
             };
-            n += 2;
-            if BWD_CONFIGS[i].window == 0 {
-                out[n] = KernelInfo {
-                    name: BWD_PREP_RES_KERNELS[e][i],
-                    family: Family::BwdPrepResidual(ELEMS[e], i),
-                    targets: &SM90A_ONLY,
-                };
-                n += 1;
-            }
+            out[n + 2] = KernelInfo {
+                name: BWD_PREP_RES_KERNELS[e][i],
+                family: Family::BwdPrepResidual(ELEMS[e], i),
+                targets: &SM90A_ONLY,
+            };
+            n += 3;
             i += 1;
         }
         e += 1;

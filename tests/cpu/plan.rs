@@ -783,14 +783,33 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         assert!(!lse.residuals && lse.kernel().starts_with("flash_bwd_prep_bf16"), "{lse}");
         assert_eq!(bwd.launches.len(), lse.launches.len());
     }
-    // No residuals (and the plan says so): sm_80, d = 32 (its forward on mma.sync), windows,
-    // short sequences; their backward (`Device::attention_backward_saved` plans it with
+    // Masked problems on the Hopper kernel's masked instances (windows, softcaps, ALiBi): their
+    // training instances, read by the window instance's residual preprocessing kernel.
+    let window = AttentionOptions { window: Window { left: Some(512), right: None }, ..auto.clone() };
+    let softcap = AttentionOptions { softcap: Some(30.0), causal: true, ..auto.clone() };
+    let alibi = AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25, 0.125, 0.0625]), ..auto.clone() };
+    for (opts, d, suffix) in
+        [(window, 128, "_win_train"), (softcap, 64, "_win_softcap_train"), (alibi, 128, "_win_train")]
+    {
+        let l = Layout::bshd(2, 2000, 4, d);
+        let p = problem(l, l, &opts);
+        let (fwd, inference) = (
+            plan_for_backward(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap(),
+            plan(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap(),
+        );
+        assert!(fwd.residuals && fwd.kernel().ends_with(suffix), "{fwd}");
+        assert_eq!(format!("{}_train", inference.kernel()), fwd.kernel());
+        assert_eq!(fwd.main_launch().unwrap().grid, inference.main_launch().unwrap().grid);
+        let bwd = backward(&DeviceProps::h200(), &p, &opts, true);
+        assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16"), "{bwd}");
+        assert!(bwd.kernel().ends_with("_win"), "{bwd}");
+    }
+    // No residuals (and the plan says so): sm_80, d = 32 (its forward on mma.sync), short
+    // sequences; their backward (`Device::attention_backward_saved` plans it with
     // `plan_backward`, the forward having kept none) makes the pass over the keys.
-    let window = AttentionOptions { window: Window { left: Some(64), right: None }, ..auto.clone() };
     let cases = [
         (DeviceProps::a100(), Layout::bshd(2, 1000, 4, 128), auto.clone()),
         (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 32), auto.clone()),
-        (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 128), window),
         (DeviceProps::h200(), Layout::bshd(2, 64, 4, 128), auto.clone()),
     ];
     for (props, l, opts) in cases {
@@ -800,9 +819,4 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         let bwd = backward(&props, &p, &opts, false);
         assert!(!bwd.residuals && !bwd.kernel().contains("prep_res"), "{bwd}");
     }
-    // A window has no residual preprocessing kernel, even when asked for one.
-    let opts = AttentionOptions { window: Window { left: Some(64), right: None }, ..auto };
-    let l = Layout::bshd(2, 1000, 4, 128);
-    let bwd = backward(&DeviceProps::h200(), &problem(l, l, &opts), &opts, true);
-    assert!(!bwd.residuals && !bwd.kernel().contains("prep_res"), "{bwd}");
 }

@@ -306,25 +306,30 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
-    let (mut worst, mut worst_saved, mut with_residuals) = (0.0f64, 0.0f64, 0);
+    let (mut worst, mut worst_saved, mut with_residuals, mut masked_residuals) = (0.0f64, 0.0f64, 0, 0);
     for (i, s) in specs.iter().enumerate() {
         let case = Case::<T>::random(&mut case_rng(), s);
+        let masked = s.window != none || s.softcap.is_some() || s.alibi_slopes.is_some();
         match run_both(dev, &case, run_seed() ^ i as u64)? {
             Some((w, ws, r)) => {
                 worst = worst.max(w);
                 worst_saved = worst_saved.max(ws);
                 with_residuals += r as usize;
+                masked_residuals += (r && masked) as usize;
             }
             None => return Err(format!("the backward refused a case it should run:\n{case}")),
         }
     }
     eprintln!(
         "backward shapes {}: worst rule ratio {worst:.3} from the log-sum-exp, {worst_saved:.3} from the saved \
-         state ({with_residuals} of {} cases from the training forward's residuals)",
+         state ({with_residuals} of {} cases from the training forward's residuals, {masked_residuals} of them \
+         masked)",
         T::DTYPE,
         specs.len()
     );
-    expect_residuals(dev, with_residuals)
+    expect_residuals(dev, with_residuals)?;
+    // (The masked training instances: windows and score modifiers from their residuals too.)
+    expect_residuals(dev, masked_residuals)
 }
 
 /// On a device with the Hopper kernel's training instances, some cases must have run the

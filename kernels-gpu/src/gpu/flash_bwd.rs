@@ -1352,17 +1352,16 @@ macro_rules! bwd_entries {
             bwd_entries!(@residual $elem, $dt, $d, $w, $b, $win);
         };
     };
-    // The preprocessing kernel that also takes a training forward's residuals (sm_90a, plain
-    // instances: [`prep_from_residuals`]); none for the window instances.
-    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {};
-    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
+    // The preprocessing kernel that also takes a training forward's residuals (sm_90a:
+    // [`prep_from_residuals`]; the window instances' falls back to their masked pass).
+    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         /// The backward's preprocessing kernel with a training forward's residuals (see
         /// [`prep_from_residuals`]).
         ///
         /// # Safety
         /// See [`bwd_prep`] and [`prep_from_residuals`].
         #[cfg(target_feature = "sm_90a")]
-        #[unsafe(export_name = crate::bwd_kernel_name!(prep_res, $dt, $d, $w, $b, 0))]
+        #[unsafe(export_name = crate::bwd_kernel_name!(prep_res, $dt, $d, $w, $b, $win))]
         pub unsafe extern "ptx-kernel" fn entry_prep_res(p: BwdParams) {
             // SAFETY: forwarded contract.
             unsafe {
@@ -1371,7 +1370,7 @@ macro_rules! bwd_entries {
                     { C.head_dim as usize },
                     { C.pitch() as usize },
                     { C.prep_stages(WGMMA) as usize },
-                    false,
+                    { C.window == 1 },
                     true,
                 >(&p)
             }
