@@ -305,16 +305,27 @@ impl BwdConfig {
         BWD_BLOCK_M / 16
     }
 
+    /// Whether the main kernel computes `dQ += dS·K` on `wgmma` (sm_90a): where each warpgroup
+    /// owns 64 of the head dim's columns (d = 64 on one warpgroup, d = 128 on two). Its warps
+    /// then stage their dQ share (16 queries × 64 columns, f32) in shared memory and add it
+    /// to the accumulator with one bulk reduction per row (`cp.reduce.async.bulk`), except in
+    /// deterministic mode.
+    pub const fn dq_on_wgmma(&self, wgmma: bool) -> bool {
+        dq_on_wgmma(wgmma, self.head_dim, self.warps)
+    }
+
     /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
-    /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit) and
+    /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit),
     /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
-    /// bytes a row); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack besides (the
-    /// tiles `wgmma` reads start on 1024-byte boundaries).
+    /// bytes a row) and, with [`BwdConfig::dq_on_wgmma`], each warp's dQ staging rows (16 of
+    /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack
+    /// besides (the tiles `wgmma` reads start on 1024-byte boundaries).
     pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
         wgmma_slack(wgmma)
             + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
+            + if self.dq_on_wgmma(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
     }
 
     /// Stages of K and V tiles in the preprocessing kernel: one on `wgmma` at tile rows of 128
@@ -357,6 +368,17 @@ impl BwdConfig {
             && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
 }
+
+/// [`BwdConfig::dq_on_wgmma`] of an instance with `head_dim` and `warps`.
+pub const fn dq_on_wgmma(wgmma: bool, head_dim: u32, warps: u32) -> bool {
+    wgmma && head_dim % 64 == 0 && head_dim / 64 == warps / 4
+}
+
+/// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows
+/// start 16 bytes apart modulo 128 and the lanes' pair stores (8 rows × 4 lanes) meet no bank
+/// twice beyond the two wavefronts 256 bytes need; 272-byte rows keep the bulk reduction's
+/// 16-byte source alignment.
+pub const BWD_DQ_STAGE_PITCH: u32 = 68;
 
 /// The backward's alignment slack: 1024 bytes where its kernels run `wgmma` (sm_90a), none
 /// before.

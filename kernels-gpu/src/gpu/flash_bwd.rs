@@ -50,10 +50,14 @@ use super::arch::shuffle;
 #[cfg(target_feature = "sm_90a")]
 use super::arch::thread::sync_threads_or;
 use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
+#[cfg(target_feature = "sm_90a")]
+use super::arch::tma;
 use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile_in, panel_swizzle, swizzle};
+#[cfg(target_feature = "sm_90a")]
+use crate::config::BWD_DQ_STAGE_PITCH;
 use crate::config::BwdConfig;
 use crate::config::PAD_CHUNKS;
 use crate::mask;
@@ -758,7 +762,7 @@ unsafe fn bwd_main<
     // sm_90a, one warpgroup per 64 columns of the head dim (d = 128 on 8 warps, d = 64 on 4):
     // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
     // 64-column panels; warpgroup wg the columns `64·wg…`).
-    let qw = WGMMA && D % 64 == 0 && D / 64 == W / 4;
+    let qw = crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32);
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -787,10 +791,15 @@ unsafe fn bwd_main<
     let first = q_first / BM as u32;
     let per_head = q_end.div_ceil(BM as u32).saturating_sub(first);
     let steps = group * per_head;
-    let step = |it: u32| (kv_h * group + it / per_head.max(1), (first + it % per_head.max(1)) * BM as u32);
-    // Issues step `it`'s Q, dO and row-statistics copies into stage `s`.
-    let load_step = |it: u32, s: u32| {
-        let (h, m0) = step(it);
+    // Step `it`'s (head, query tile), and step `it + 1`'s from step `it`'s (counters carried
+    // through the loop: no division a step; the window instances divide, their d = 128 one
+    // spilling 8 bytes with the counters' two registers).
+    let step = |it: u32| (kv_h * group + it / per_head.max(1), first + it % per_head.max(1));
+    let next =
+        |(h, tile): (u32, u32)| if tile + 1 < first + per_head { (h, tile + 1) } else { (h + 1, first) };
+    // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`.
+    let load_step = |(h, tile): (u32, u32), s: u32| {
+        let m0 = tile * BM as u32;
         let (_, _, stages, _, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
         unsafe {
@@ -826,8 +835,9 @@ unsafe fn bwd_main<
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
+    let mut at = (kv_h * group, first);
     if steps > 0 {
-        load_step(0, 0);
+        load_step(at, 0);
     }
     cp_async::commit();
 
@@ -843,7 +853,8 @@ unsafe fn bwd_main<
     let mut dvw = [[0.0f32; 32]; 2];
     for it in 0..steps {
         let s = it % 2;
-        let (h, m0) = step(it);
+        let (cur, following) = if WIN { (step(it), step(it + 1)) } else { (at, next(at)) };
+        let (h, m0) = (cur.0, cur.1 * BM as u32);
         cp_async::wait::<0>();
         if WGMMA {
             // The copies visible to `wgmma` too (read through the async proxy).
@@ -852,7 +863,7 @@ unsafe fn bwd_main<
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
         if it + 1 < steps {
-            load_step(it + 1, 1 - s);
+            load_step(following, 1 - s);
         }
         cp_async::commit();
         let (k_tile, v_tile, stages, p_tile, ds_tile, rows) = layout();
@@ -1088,34 +1099,51 @@ unsafe fn bwd_main<
                 }
             }
         }
-        // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
-        // 0, 1, … add in that order: the tiles that see a query tile are always a prefix).
-        let lock = bp.locks + 4 * lock_index(bp, z, h, m0 / BM as u32);
-        if bp.locks != 0 {
-            if thread_x() == 0 {
-                // SAFETY: the counter of this query tile (host sizing).
-                while unsafe { global::load_acquire_u32(lock) } != block_x() {}
-            }
-            sync_threads();
-        }
-        // The adds into the f32 accumulator: on sm_90 four columns at once (see `add_tiles`),
-        // before two at a time. Column tiles at or past the head dim (padded instances; d is a
-        // multiple of 8) are skipped.
+        // Column tiles at or past the head dim (padded instances; d is a multiple of 8) are
+        // skipped.
         let d = p.head_dim;
         let tiles_inside = d.saturating_sub(c0) / 8;
         let row_base = |half: u32, col: u32| -> Option<u64> {
             let row = m0 + 16 * qs + g + 8 * half;
             (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
         };
-        // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
-        // accumulator (host sizing), aligned as `add_tiles` needs.
-        unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
-        if bp.locks != 0 {
-            // Every thread's adds are done (the barrier), then the next key tile's turn.
-            sync_threads();
-            if thread_x() == 0 {
-                // SAFETY: as above.
-                unsafe { global::store_release_u32(lock, block_x() + 1) };
+        if qw && bp.locks == 0 {
+            // The warp's 16 rows through its staging rows, one bulk reduction a row.
+            #[cfg(target_feature = "sm_90a")]
+            {
+                let (_, _, _, _, _, rows) = layout();
+                let stage = rows + 2 * 16 * BM as u32 + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
+                let row = m0 + 16 * qs + lane_o;
+                let dst = (lane_o < 16 && row < seq.len_q)
+                    .then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + c0 as u64));
+                // SAFETY: the warp's staging rows (host sizing: `BwdConfig::shared_bytes`);
+                // `dst` is column c0 of a row < len_q of the accumulator, 16-byte aligned (d
+                // and c0 multiples of 8), with the columns staged there inside the row.
+                unsafe { stage_dq_rows(&acc, stage, tiles_inside, lane_o, dst) };
+            }
+        } else {
+            // Deterministic mode: wait for this key tile's turn at the query tile (key tiles
+            // 0, 1, … add in that order: the tiles that see a query tile are always a prefix).
+            let lock = bp.locks + 4 * lock_index(bp, z, h, m0 / BM as u32);
+            if bp.locks != 0 {
+                if thread_x() == 0 {
+                    // SAFETY: the counter of this query tile (host sizing).
+                    while unsafe { global::load_acquire_u32(lock) } != block_x() {}
+                }
+                sync_threads();
+            }
+            // The adds into the f32 accumulator: on sm_90 four columns at once (see
+            // `add_tiles`), before two at a time.
+            // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
+            // accumulator (host sizing), aligned as `add_tiles` needs.
+            unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
+            if bp.locks != 0 {
+                // Every thread's adds are done (the barrier), then the next key tile's turn.
+                sync_threads();
+                if thread_x() == 0 {
+                    // SAFETY: as above.
+                    unsafe { global::store_release_u32(lock, block_x() + 1) };
+                }
             }
         }
         if kvw {
@@ -1130,8 +1158,14 @@ unsafe fn bwd_main<
                 }
             }
         }
+        at = following;
     }
     cp_async::wait::<0>();
+    if qw {
+        // The last dQ reductions done before the block's shared memory goes.
+        #[cfg(target_feature = "sm_90a")]
+        tma::bulk_wait::<0>();
+    }
 
     // dK (scaled) and dV of this warp's keys and columns; keys past the end and columns past
     // the head dim are not written.
@@ -1195,6 +1229,52 @@ unsafe fn bwd_main<
             }
         }
     }
+}
+
+/// Adds one warp's dQ tiles (`acc[nt]`: rows g and g+8, columns `8·nt + 2·t4` and the next;
+/// `tiles` of them at most) to the f32 accumulator through the warp's staging rows at `stage`
+/// (16 rows of [`BWD_DQ_STAGE_PITCH`] f32): the lanes store their pairs, then lane r < 16 adds
+/// row r to `dst` (`None`: a row past the sequence) with one bulk reduction
+/// ([`tma::bulk_reduce_add_f32`]), so that the copy engine does the adds the lanes' vector
+/// `red`s and the pair exchange of [`add_tiles`] did. Before the stores, the warp waits for
+/// its previous reductions to have read the rows.
+///
+/// # Safety
+/// `stage` 16-byte aligned, the warp's own 16 staging rows; each `dst` valid for `8·tiles`
+/// f32 (at most `8·NT`), 16-byte aligned.
+#[cfg(target_feature = "sm_90a")]
+#[inline(always)]
+unsafe fn stage_dq_rows<const NT: usize>(
+    acc: &[[f32; 4]; NT],
+    stage: u32,
+    tiles: u32,
+    lane: u32,
+    dst: Option<u64>,
+) {
+    let (g, t4) = (lane / 4, lane % 4);
+    tma::bulk_wait_read::<0>();
+    shuffle::sync_warp();
+    for (nt, a) in acc.iter().enumerate() {
+        if (nt as u32) < tiles {
+            for half in 0..2u32 {
+                let at = stage + 4 * ((g + 8 * half) * BWD_DQ_STAGE_PITCH + 8 * nt as u32 + 2 * t4);
+                let h = 2 * half as usize;
+                // SAFETY: row g + 8·half < 16, columns < 8·NT ≤ 64 of the staging rows.
+                unsafe { shared::store_f32x2(at, [a[h], a[h + 1]]) };
+            }
+        }
+    }
+    // The stores visible to the copy engine (the async proxy), then to the issuing lanes.
+    wgmma::fence_proxy_async_shared();
+    shuffle::sync_warp();
+    let bytes = 32 * tiles.min(NT as u32);
+    if let Some(dst) = dst
+        && bytes > 0
+    {
+        // SAFETY: the caller's contract; row `lane` of the staging rows, stored and fenced.
+        unsafe { tma::bulk_reduce_add_f32(dst, stage + 4 * lane * BWD_DQ_STAGE_PITCH, bytes) };
+    }
+    tma::bulk_commit();
 }
 
 /// Adds one warp's dQ tiles (`acc[nt]`: rows g and g+8, columns `8·nt + 2·t4` and the next) to

@@ -90,3 +90,15 @@ pub unsafe fn store_u32x4(addr: u32, v: [u32; 4]) {
              p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
     };
 }
+
+/// `st.shared.v2.f32`: two consecutive f32.
+///
+/// # Safety
+/// `addr` must lie inside the launch's shared memory, 8-byte aligned.
+#[inline(always)]
+pub unsafe fn store_f32x2(addr: u32, v: [f32; 2]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("st.shared.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1])
+    };
+}

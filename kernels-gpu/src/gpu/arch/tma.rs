@@ -106,3 +106,49 @@ pub unsafe fn load_4d(dst: u32, map: u64, c: [i32; 4], bar: u32) {
         )
     };
 }
+
+/// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`: the copy engine adds `bytes`
+/// bytes of f32 from shared memory at `src` into global memory at `dst`, element by element
+/// (each add atomic on its own, as `red.global.add.f32`), asynchronously: the calling thread's
+/// current bulk group, closed by [`bulk_commit`] and waited for by [`bulk_wait_read`] (source
+/// read) or [`bulk_wait`] (done). The source must be made visible to the async proxy first
+/// (`fence.proxy.async.shared::cta` by the threads that wrote it, then a barrier with this
+/// thread). sm_90, PTX ISA 8.0.
+///
+/// # Safety
+/// `dst` a valid, 16-byte aligned, writable global address of `bytes / 4` f32; `src` a 16-byte
+/// aligned shared address of as many, not written until [`bulk_wait_read`] has returned;
+/// `bytes` a multiple of 16.
+#[inline(always)]
+pub unsafe fn bulk_reduce_add_f32(dst: u64, src: u32, bytes: u32) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!(
+            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [{d}], [{s}], {n};",
+            d = in(reg64) dst, s = in(reg32) src, n = in(reg32) bytes,
+        )
+    };
+}
+
+/// `cp.async.bulk.commit_group`: closes the calling thread's current bulk group.
+#[inline(always)]
+pub fn bulk_commit() {
+    // SAFETY: no operands; a thread without open bulk operations commits an empty group.
+    unsafe { asm!("cp.async.bulk.commit_group;") };
+}
+
+/// `cp.async.bulk.wait_group.read N`: returns once at most `N` of the calling thread's bulk
+/// groups still read their shared-memory sources.
+#[inline(always)]
+pub fn bulk_wait_read<const N: u32>() {
+    // SAFETY: waits only; a thread without bulk groups returns at once.
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N) };
+}
+
+/// `cp.async.bulk.wait_group N`: returns once at most `N` of the calling thread's bulk groups
+/// are incomplete (their writes performed).
+#[inline(always)]
+pub fn bulk_wait<const N: u32>() {
+    // SAFETY: waits only.
+    unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N) };
+}
