@@ -779,7 +779,7 @@ unsafe fn bwd_main<
     let q_tile = |stages: u32, s: u32| stages + s * 2 * tile_bytes(BM);
 
     // The query tiles that see these keys, for every query head of the group, as one sequence of
-    // steps: step `it` is head `kv_h·G + it / per_head`, tile `first + it % per_head` (rotated below).
+    // steps: step `it` is head `kv_h·G + it / per_head`, tile `first + it % per_head`.
     let group = p.group.max(1);
     // (With a window, only the queries whose windows hold one of these keys.)
     let (q_first, q_end) = if WIN {
@@ -795,22 +795,8 @@ unsafe fn bwd_main<
     // through the loop: no division a step; the window instances divide, their d = 128 one
     // spilling 8 bytes with the counters' two registers).
     let step = |it: u32| (kv_h * group + it / per_head.max(1), first + it % per_head.max(1));
-    let heads = (kv_h * group, kv_h * group + group);
-    let next = |(h, tile): (u32, u32)| {
-        if tile + 1 < first + per_head {
-            (h, tile + 1)
-        } else if h + 1 < heads.1 {
-            (h + 1, first)
-        } else {
-            (heads.0, first)
-        }
-    };
-    // Without a causal mask every key block would walk the query tiles in the same order, all of
-    // them adding into one query tile's dQ rows at a time; key block x starts at step x (modulo
-    // the steps, wrapping round) instead, so that the adds spread over the tiles. Not in
-    // deterministic mode (its turns follow the key blocks' order) nor with a causal mask (the
-    // blocks start at their diagonals).
-    let rotate = !WIN && !causal && bp.locks == 0 && steps > 0;
+    let next =
+        |(h, tile): (u32, u32)| if tile + 1 < first + per_head { (h, tile + 1) } else { (h + 1, first) };
     // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`.
     let load_step = |(h, tile): (u32, u32), s: u32| {
         let m0 = tile * BM as u32;
@@ -849,7 +835,7 @@ unsafe fn bwd_main<
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
-    let mut at = step(if rotate { block_x() % steps } else { 0 });
+    let mut at = (kv_h * group, first);
     if steps > 0 {
         load_step(at, 0);
     }
