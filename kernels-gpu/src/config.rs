@@ -306,18 +306,22 @@ impl BwdConfig {
     }
 
     /// Whether the main kernel computes `dQ += dS·K` on `wgmma` (sm_90a): where each warpgroup
-    /// owns 64 of the head dim's columns (d = 64 on one warpgroup, d = 128 on two). Its warps
-    /// then stage their dQ share (16 queries × 64 columns, f32) in shared memory and add it
-    /// to the accumulator with one bulk reduction per row (`cp.reduce.async.bulk`), except in
-    /// deterministic mode.
+    /// owns 64 of the head dim's columns (d = 64 on one warpgroup, d = 128 on two).
     pub const fn dq_on_wgmma(&self, wgmma: bool) -> bool {
         dq_on_wgmma(wgmma, self.head_dim, self.warps)
+    }
+
+    /// Whether its warps stage their dQ share (16 queries × 64 columns, f32) in shared memory
+    /// and add it to the accumulator with one bulk reduction per row (`cp.reduce.async.bulk`;
+    /// in deterministic mode they add with `red` as elsewhere): [`dq_staged`].
+    pub const fn dq_staged(&self, wgmma: bool) -> bool {
+        dq_staged(wgmma, self.head_dim, self.warps, self.window)
     }
 
     /// Shared memory of the main kernel: K and V tiles (`block_n` rows), two stages of Q and dO
     /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit),
     /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
-    /// bytes a row) and, with [`BwdConfig::dq_on_wgmma`], each warp's dQ staging rows (16 of
+    /// bytes a row) and, with [`BwdConfig::dq_staged`], each warp's dQ staging rows (16 of
     /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack
     /// besides (the tiles `wgmma` reads start on 1024-byte boundaries).
     pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
@@ -325,7 +329,7 @@ impl BwdConfig {
             + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
-            + if self.dq_on_wgmma(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
+            + if self.dq_staged(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
     }
 
     /// Stages of K and V tiles in the preprocessing kernel: one on `wgmma` at tile rows of 128
@@ -372,6 +376,14 @@ impl BwdConfig {
 /// [`BwdConfig::dq_on_wgmma`] of an instance with `head_dim` and `warps`.
 pub const fn dq_on_wgmma(wgmma: bool, head_dim: u32, warps: u32) -> bool {
     wgmma && head_dim % 64 == 0 && head_dim / 64 == warps / 4
+}
+
+/// [`BwdConfig::dq_staged`]: the plain (`window` 0) instances with dQ on `wgmma` over two
+/// warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md` b21).
+/// Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
+/// instances (+2–4%), which add with the lanes' `red`s.
+pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
+    dq_on_wgmma(wgmma, head_dim, warps) && warps == 8 && window == 0
 }
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows

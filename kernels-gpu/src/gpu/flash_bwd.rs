@@ -763,6 +763,10 @@ unsafe fn bwd_main<
     // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
     // 64-column panels; warpgroup wg the columns `64·wg…`).
     let qw = crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32);
+    // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
+    // query steps by counters instead of a division a step: where that measured faster (d =
+    // 128's plain instance, `dq_staged`).
+    let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, WIN as u32);
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -791,14 +795,16 @@ unsafe fn bwd_main<
     let first = q_first / BM as u32;
     let per_head = q_end.div_ceil(BM as u32).saturating_sub(first);
     let steps = group * per_head;
-    // Step `it`'s (head, query tile), and step `it + 1`'s from step `it`'s (counters carried
-    // through the loop: no division a step; the window instances divide, their d = 128 one
-    // spilling 8 bytes with the counters' two registers).
+    // Step `it`'s (head, query tile), and step `it + 1`'s from step `it`'s: with `staged`,
+    // counters carried through the loop (no division a step); elsewhere the division, as
+    // measured (with the counters' two registers the d = 128 window instance spilled 8 bytes).
     let step = |it: u32| (kv_h * group + it / per_head.max(1), first + it % per_head.max(1));
     let next =
         |(h, tile): (u32, u32)| if tile + 1 < first + per_head { (h, tile + 1) } else { (h + 1, first) };
     // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`.
-    let load_step = |(h, tile): (u32, u32), s: u32| {
+    // (`at`: step `it`'s counters, with `staged`.)
+    let load_step = |it: u32, at: (u32, u32), s: u32| {
+        let (h, tile) = if staged { at } else { step(it) };
         let m0 = tile * BM as u32;
         let (_, _, stages, _, _, rows) = layout();
         // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
@@ -837,7 +843,7 @@ unsafe fn bwd_main<
     }
     let mut at = (kv_h * group, first);
     if steps > 0 {
-        load_step(at, 0);
+        load_step(0, at, 0);
     }
     cp_async::commit();
 
@@ -853,8 +859,8 @@ unsafe fn bwd_main<
     let mut dvw = [[0.0f32; 32]; 2];
     for it in 0..steps {
         let s = it % 2;
-        let (cur, following) = if WIN { (step(it), step(it + 1)) } else { (at, next(at)) };
-        let (h, m0) = (cur.0, cur.1 * BM as u32);
+        let (h, tile) = if staged { at } else { step(it) };
+        let m0 = tile * BM as u32;
         cp_async::wait::<0>();
         if WGMMA {
             // The copies visible to `wgmma` too (read through the async proxy).
@@ -863,7 +869,7 @@ unsafe fn bwd_main<
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
         if it + 1 < steps {
-            load_step(following, 1 - s);
+            load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
         }
         cp_async::commit();
         let (k_tile, v_tile, stages, p_tile, ds_tile, rows) = layout();
@@ -1099,18 +1105,14 @@ unsafe fn bwd_main<
                 }
             }
         }
-        // Column tiles at or past the head dim (padded instances; d is a multiple of 8) are
-        // skipped.
-        let d = p.head_dim;
-        let tiles_inside = d.saturating_sub(c0) / 8;
-        let row_base = |half: u32, col: u32| -> Option<u64> {
-            let row = m0 + 16 * qs + g + 8 * half;
-            (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
-        };
-        if qw && bp.locks == 0 {
+        // (Column tiles at or past the head dim — padded instances; d is a multiple of 8 — are
+        // skipped.)
+        if staged && bp.locks == 0 {
             // The warp's 16 rows through its staging rows, one bulk reduction a row.
             #[cfg(target_feature = "sm_90a")]
             {
+                let d = p.head_dim;
+                let tiles_inside = d.saturating_sub(c0) / 8;
                 let (_, _, _, _, _, rows) = layout();
                 let stage = rows + 2 * 16 * BM as u32 + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
                 let row = m0 + 16 * qs + lane_o;
@@ -1134,6 +1136,12 @@ unsafe fn bwd_main<
             }
             // The adds into the f32 accumulator: on sm_90 four columns at once (see
             // `add_tiles`), before two at a time.
+            let d = p.head_dim;
+            let tiles_inside = d.saturating_sub(c0) / 8;
+            let row_base = |half: u32, col: u32| -> Option<u64> {
+                let row = m0 + 16 * qs + g + 8 * half;
+                (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
+            };
             // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
             // accumulator (host sizing), aligned as `add_tiles` needs.
             unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
@@ -1158,10 +1166,12 @@ unsafe fn bwd_main<
                 }
             }
         }
-        at = following;
+        if staged {
+            at = next(at);
+        }
     }
     cp_async::wait::<0>();
-    if qw {
+    if staged {
         // The last dQ reductions done before the block's shared memory goes.
         #[cfg(target_feature = "sm_90a")]
         tma::bulk_wait::<0>();
