@@ -29,8 +29,9 @@ impl Device {
     /// log-sum-exp (`lse`, as [`Device::attention`] writes it), and the upstream gradient dO
     /// (laid out like O, any strides), writes dQ, dK and dV.
     ///
-    /// Every feature of the forward except sliding windows and split-KV: causal (bottom-right),
-    /// varlen with empty sequences, grouped-query attention (dK and dV summed over the query heads
+    /// Every feature of the forward except split-KV and K/V caches (the CPU backward has
+    /// those): causal (bottom-right), sliding windows, softcaps and ALiBi, varlen with empty
+    /// sequences, grouped-query attention (dK and dV summed over the query heads
     /// of each K/V head), `Nq ≠ Nk`, any strides with 16-byte rows, f16 and bf16, head dims that
     /// are multiples of 8 up to 128. `opts` must be the forward's. Rows that see no key get zero
     /// gradients; keys no query sees get zero dK and dV.

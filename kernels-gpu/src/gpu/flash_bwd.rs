@@ -34,7 +34,9 @@
 //! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
 //! d = 128 (two warpgroups) and d = 64 on one warpgroup also `dQ += dS·K` (its own `wgmma` group,
 //! issued first, so that its adds overlap the dV/dK products). d = 32, the two-warpgroup d = 64
-//! blocks (and sm_80) keep those products on `mma.sync`.
+//! blocks (and sm_80) keep those products on `mma.sync`. In d = 128's plain instance the warps
+//! add their dQ share through shared-memory staging rows with bulk reductions
+//! ([`stage_dq_rows`]); elsewhere, and in deterministic mode, with `red.global.add`.
 //!
 //! Grouped-query attention sums dK and dV over the group in registers (one block walks every
 //! query head of its K/V head). Tiles are swizzled as the forward's ([`super::tile`]); padded
@@ -695,7 +697,8 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 ///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
 ///    the warpgroup's 64 keys);
 /// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, one warpgroup
-///    per 64 columns — d = 128 on 8 warps, d = 64 on 4: on `wgmma`, issued before 2.).
+///    per 64 columns — d = 128 on 8 warps, d = 64 on 4: on `wgmma`, issued before 2.; in d =
+///    128's plain instance, outside deterministic mode, by bulk reductions, `dq_staged`).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -1105,8 +1108,9 @@ unsafe fn bwd_main<
                 }
             }
         }
-        // (Column tiles at or past the head dim — padded instances; d is a multiple of 8 — are
-        // skipped.)
+        // (Both branches skip the column tiles at or past the head dim: padded instances, d a
+        // multiple of 8. Each computes its own `d` and tile count: hoisted above the branch, the
+        // non-staged instances' code changed, which the measurements did not cover.)
         if staged && bp.locks == 0 {
             // The warp's 16 rows through its staging rows, one bulk reduction a row.
             #[cfg(target_feature = "sm_90a")]
