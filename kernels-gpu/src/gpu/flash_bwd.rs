@@ -107,6 +107,10 @@ fn col_rows<const ROWS: usize, const PD: usize>(row: u32, c0: u32, lane: u32) ->
 /// panels. The one instruction shape (`m64n64k16`) and `k` order of both backward kernels: the
 /// preprocessing kernel and the main kernel get bit-identical scores from it.
 ///
+/// `under` runs after the products are issued and before they are waited for: work that needs
+/// no result of theirs and touches no shared memory they read (the main kernel issues the next
+/// step's copies there, so that their address arithmetic runs under the products).
+///
 /// # Safety
 /// The tiles loaded (copies waited for, [`wgmma::fence_proxy_async_shared`] and a barrier
 /// since) and 1024-byte aligned panels; the whole warpgroup calls it.
@@ -117,6 +121,7 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
     dp: &mut [[f32; 4]; 8],
     (a_s, a_d): (u32, u32),
     (b_s, b_d): (u32, u32),
+    under: impl FnOnce(),
 ) {
     use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
     // Each tile's descriptor once; step kk adds its byte offset in 16-byte units to the start
@@ -137,6 +142,7 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
         }
     }
     wgmma::commit();
+    under();
     wgmma::wait::<0>();
     wgmma::settle(&mut sf);
     wgmma::settle(&mut df);
@@ -337,7 +343,7 @@ unsafe fn bwd_prep<
         #[cfg(target_feature = "sm_90a")]
         // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
         unsafe {
-            scores_wgmma::<E, D, BM, PBN>(&mut s, &mut dp, (q_tile, do_tile), (kt, vt))
+            scores_wgmma::<E, D, BM, PBN>(&mut s, &mut dp, (q_tile, do_tile), (kt, vt), || {})
         };
         #[cfg(not(target_feature = "sm_90a"))]
         for kk in 0..D / 16 {
@@ -523,7 +529,9 @@ unsafe fn prep_from_residuals<E: WgmmaElement, const D: usize, const PD: usize>(
     let mut main = [[0.0f32; 4]; BM / 8];
     let mut low = [[0.0f32; 4]; BM / 8];
     // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
-    unsafe { scores_wgmma::<E, D, BM, BM>(&mut main, &mut low, (do_tile, do_tile), (o_tile, lo_tile)) };
+    unsafe {
+        scores_wgmma::<E, D, BM, BM>(&mut main, &mut low, (do_tile, do_tile), (o_tile, lo_tile), || {})
+    };
     for half in 0..2 {
         // (Selected with compile-time indices only: a lane-dependent index would put the
         // accumulators in local memory.)
@@ -871,10 +879,17 @@ unsafe fn bwd_main<
         }
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
-        if it + 1 < steps {
-            load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
-        }
-        cp_async::commit();
+        // The next step's copies into the other stage: on `wgmma` issued under this step's S
+        // and dP products (their address arithmetic is over a quarter of a step's
+        // instructions), before them on `mma.sync`.
+        let prefetch = || {
+            if it + 1 < steps {
+                load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
+            }
+            cp_async::commit();
+        };
+        #[cfg(not(target_feature = "sm_90a"))]
+        prefetch();
         let (k_tile, v_tile, stages, p_tile, ds_tile, rows) = layout();
         let (qt, dot) = (q_tile(stages, s), q_tile(stages, s) + tile_bytes(BM));
         let tid_o = thread_x_opaque();
@@ -902,6 +917,7 @@ unsafe fn bwd_main<
                         &mut *dp0,
                         (qt, dot),
                         (k_tile + 128 * k0, v_tile + 128 * k0),
+                        prefetch,
                     )
                 };
             }
