@@ -1331,25 +1331,19 @@ unsafe fn add_tiles<const NT: usize>(
         let odd = t4 % 2;
         // The even lane's four columns start at its own pair, the odd lane's at its partner's.
         let at = base(odd, 2 * (t4 - odd));
-        // Every exchange first, then the adds, each predicated: branches around the adds cut the
-        // sequence into blocks, and each exchange's latency (~30 cycles) then stood between two
-        // adds (session 14's profile: this loop was 29% of the d = 64 main kernel's stall
-        // samples). The even lane sends its row g+8 pair and receives its partner's row g pair,
-        // the odd lane the reverse; every lane takes part.
-        let mut v = [[0.0f32; 4]; NT];
-        for (vn, a) in v.iter_mut().zip(acc) {
+        for (nt, a) in acc.iter().enumerate() {
+            // Every lane takes part in the exchange (outside any lane-dependent branch): the even
+            // lane sends its row g+8 pair and receives its partner's row g pair, the odd lane the
+            // reverse.
             let send = if odd == 0 { [a[2], a[3]] } else { [a[0], a[1]] };
             let got = [shuffle::xor(send[0], 1), shuffle::xor(send[1], 1)];
-            *vn = if odd == 0 { [a[0], a[1], got[0], got[1]] } else { [got[0], got[1], a[2], a[3]] };
-        }
-        let (addr, inside) = match at {
-            Some(a) => (a, true),
-            None => (0, false),
-        };
-        for (nt, vn) in v.iter().enumerate() {
-            // SAFETY: forwarded contract (four columns, 16-byte aligned) where the row is inside
-            // and the tile below `tiles`; nothing is added (or read) elsewhere.
-            unsafe { global::red_add_f32x4_if(addr + 32 * nt as u64, *vn, inside & ((nt as u32) < tiles)) };
+            let v = if odd == 0 { [a[0], a[1], got[0], got[1]] } else { [got[0], got[1], a[2], a[3]] };
+            if let Some(at) = at
+                && (nt as u32) < tiles
+            {
+                // SAFETY: forwarded contract (four columns, 16-byte aligned).
+                unsafe { global::red_add_f32x4(at + 32 * nt as u64, v) };
+            }
         }
     }
     #[cfg(not(target_feature = "sm_90a"))]

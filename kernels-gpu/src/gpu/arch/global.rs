@@ -283,22 +283,19 @@ pub unsafe fn red_add_f32(addr: u64, x: f32) {
     unsafe { asm!("red.global.add.f32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
 
-/// `red.global.add.v4.f32`, predicated: where `add`, adds `x[0..4]` to the four f32 at `addr`
-/// atomically (each element on its own; sm_90, PTX ISA 8.1); otherwise nothing, `addr` unread.
-/// A predicate rather than a branch around the call, so that the instructions before a run of
-/// these (the exchanges that build `x`) are not split into blocks the scheduler cannot overlap.
+/// `red.global.add.v4.f32`: adds `x[0..4]` to the four f32 at `addr` atomically (each element on
+/// its own; sm_90, PTX ISA 8.1).
 ///
 /// # Safety
-/// Where `add`, `addr` must be a valid, 16-byte aligned, writable global address of four f32.
+/// `addr` must be a valid, 16-byte aligned, writable global address of four f32.
 #[cfg(target_feature = "sm_90a")]
 #[inline(always)]
-pub unsafe fn red_add_f32x4_if(addr: u64, x: [f32; 4], add: bool) {
+pub unsafe fn red_add_f32x4(addr: u64, x: [f32; 4]) {
     // SAFETY: caller's contract.
     unsafe {
         asm!(
-            "{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p red.global.add.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}}; }}",
-            c = in(reg32) add as u32, a = in(reg64) addr,
-            x = in(reg32) x[0], y = in(reg32) x[1], z = in(reg32) x[2], w = in(reg32) x[3]
+            "red.global.add.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}};",
+            a = in(reg64) addr, x = in(reg32) x[0], y = in(reg32) x[1], z = in(reg32) x[2], w = in(reg32) x[3]
         )
     };
 }
