@@ -502,8 +502,9 @@ impl<'a> GpuRunner<'a> {
         // (From a training forward's saved state, the backward reads its residuals where the
         // forward's plan keeps them.)
         let props = self.dev.props();
+        let fwd_opts = forward_options(pass, opts);
         let residuals = from_saved
-            && flashattn::plan_for_backward(props, T::DTYPE, problem, opts).is_ok_and(|p| p.residuals);
+            && flashattn::plan_for_backward(props, T::DTYPE, problem, &fwd_opts).is_ok_and(|p| p.residuals);
         let planned = if residuals {
             flashattn::plan_backward_from_residuals(props, T::DTYPE, problem, opts, layouts)
         } else {
@@ -521,9 +522,9 @@ impl<'a> GpuRunner<'a> {
         row.extra_bytes_plan = Some(bwd.scratch_bytes);
         if pass == Pass::FwdBwd {
             let planned = if from_saved {
-                flashattn::plan_for_backward(props, T::DTYPE, problem, opts).map_err(Error::InvalidInput)
+                flashattn::plan_for_backward(props, T::DTYPE, problem, &fwd_opts).map_err(Error::InvalidInput)
             } else {
-                self.dev.plan::<T>(problem, opts)
+                self.dev.plan::<T>(problem, &fwd_opts)
             };
             let fwd = match planned {
                 Ok(p) => p,
@@ -670,6 +671,14 @@ fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// The forward's options in a pass `pass` of a variant with `opts` (see [`Calls::fwd_opts`]).
+fn forward_options(pass: Pass, opts: &AttentionOptions) -> AttentionOptions {
+    match pass {
+        Pass::Fwd => opts.clone(),
+        Pass::Bwd | Pass::FwdBwd => AttentionOptions { tiles: Default::default(), ..opts.clone() },
+    }
+}
+
 /// Calls of one pass on rotating input sets.
 struct Calls<'c, T> {
     dev: &'c Device,
@@ -679,6 +688,10 @@ struct Calls<'c, T> {
     /// The backward's buffers of the first `grads.len()` sets (none for the forward).
     grads: &'c mut [Grads<T>],
     opts: &'c flashattn::AttentionOptions,
+    /// The forward's options: `opts`, but in a pass with a backward the library's own tiles (a
+    /// tile override there names a backward instance, as in the GPU tests; the forward with it
+    /// would run another kernel, one that may keep no residuals).
+    fwd_opts: flashattn::AttentionOptions,
     /// The `(B, N, H, d)` layouts the sets were allocated for.
     layouts: Layouts,
     next: usize,
@@ -693,7 +706,8 @@ impl<'c, T: PoolElem> Calls<'c, T> {
         opts: &'c AttentionOptions,
         layouts: Layouts,
     ) -> Calls<'c, T> {
-        Calls { dev, pass, sets, grads, opts, layouts, next: 0 }
+        let fwd_opts = forward_options(pass, opts);
+        Calls { dev, pass, sets, grads, opts, fwd_opts, layouts, next: 0 }
     }
 
     /// The input sets the calls rotate through: every set for the forward, the sets with the
@@ -722,7 +736,7 @@ impl<'c, T: PoolElem> Calls<'c, T> {
     /// have one (a training forward), else into the set's log-sum-exp.
     fn forward(&mut self, i: usize, l: &Layouts) -> flashattn::Result<Plan> {
         let i = i % self.len();
-        let (dev, opts, s) = (self.dev, self.opts, &mut self.sets[i]);
+        let (dev, opts, s) = (self.dev, &self.fwd_opts, &mut self.sets[i]);
         let (q, k, v, o) = (s.q.view(l.q), s.k.view(l.k), s.v.view(l.k), s.o.view_mut(l.o));
         match self.grads.get_mut(i).and_then(|g| g.saved.as_mut()) {
             Some(saved) => dev.attention_for_backward(q, k, v, o, saved, opts),
