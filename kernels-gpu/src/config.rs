@@ -311,24 +311,6 @@ impl BwdConfig {
         dq_on_wgmma(wgmma, self.head_dim, self.warps)
     }
 
-    /// Whether the main kernel's two warpgroups each compute `dQ += dS·K` over their own 64 keys
-    /// on `wgmma` and add the two partial products through shared memory before the
-    /// accumulator (sm_90a): [`dq_split_keys`].
-    pub const fn dq_split_keys(&self, wgmma: bool) -> bool {
-        dq_split_keys(wgmma, self.head_dim, self.warps, self.window)
-    }
-
-    /// dQ tiles (8 columns each) a warp adds per step: with [`BwdConfig::dq_split_keys`] the
-    /// warps that add take 16 queries × all 64 columns; otherwise the head dim is split over
-    /// the warps of a query slab ([`BwdConfig::dq_query_warps`]).
-    pub const fn dq_tiles(&self, wgmma: bool) -> u32 {
-        if self.dq_split_keys(wgmma) {
-            self.head_dim / 8
-        } else {
-            self.head_dim / 8 / (self.warps / self.dq_query_warps())
-        }
-    }
-
     /// Whether its warps stage their dQ share (16 queries × 64 columns, f32) in shared memory
     /// and add it to the accumulator with one bulk reduction per row (`cp.reduce.async.bulk`;
     /// in deterministic mode they add with `red` as elsewhere): [`dq_staged`].
@@ -348,7 +330,6 @@ impl BwdConfig {
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
             + if self.dq_staged(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
-            + if self.dq_split_keys(wgmma) { BWD_DQ_EXCHANGE_BYTES } else { 0 }
     }
 
     /// Stages of K and V tiles in the preprocessing kernel: one on `wgmma` at tile rows of 128
@@ -386,7 +367,6 @@ impl BwdConfig {
             && BWD_PREP_BLOCK_N == BWD_WGMMA_KEYS
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
-            && (!self.dq_split_keys(true) || (self.warps == 8 && self.head_dim == 64))
             && self.min_blocks > 0
             && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
             && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
@@ -405,20 +385,6 @@ pub const fn dq_on_wgmma(wgmma: bool, head_dim: u32, warps: u32) -> bool {
 pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
     dq_on_wgmma(wgmma, head_dim, warps) && warps == 8 && window == 0
 }
-
-/// [`BwdConfig::dq_split_keys`]: the plain d = 64 block of two warpgroups (128 keys). Each
-/// warpgroup's `dQ` over its 64 keys is one `m64n64k16` group of 4 steps (as the one-warpgroup
-/// block's); warp `w` and warp `w ^ 4` hold the same 16 rows of the two partial products, one of
-/// them hands its partial to the other through shared memory ([`BWD_DQ_EXCHANGE_BYTES`]), and
-/// only the receiving four warps add to the accumulator: the same adds per step as one 64-key
-/// block, for twice its keys (the d = 64 backward's adds and Q/dO loads load the L2 at 74% of
-/// its throughput: session 15 `call2`'s profile).
-pub const fn dq_split_keys(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
-    wgmma && head_dim == 64 && warps == 8 && window == 0
-}
-
-/// Bytes of [`dq_split_keys`]'s exchange: four warp pairs, each 32 lanes × 32 f32.
-pub const BWD_DQ_EXCHANGE_BYTES: u32 = 4 * 32 * 32 * 4;
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows
 /// start 16 bytes apart modulo 128 and the lanes' pair stores (8 rows × 4 lanes) meet no bank

@@ -53,8 +53,6 @@ use super::arch::shuffle;
 use super::arch::thread::sync_threads_or;
 use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
 #[cfg(target_feature = "sm_90a")]
-use super::arch::thread::{named_arrive, named_sync};
-#[cfg(target_feature = "sm_90a")]
 use super::arch::tma;
 use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
@@ -737,6 +735,7 @@ unsafe fn bwd_main<
         assert!(BN == 16 * W && T == 32 * W && D % 16 == 0 && PD >= D);
         assert!(W % WN1 == 0 && MT1 * 16 * (W / WN1) == BM && NT1 * 8 * WN1 == BN && NT1 % 2 == 0);
         assert!(W % WK3 == 0 && MT3 * 16 * WK3 == BN && NT3 * 8 * (W / WK3) == D && NT3 % 2 == 0);
+        assert!(W % WQ4 == 0 && 16 * WQ4 == BM && NT4 * 8 * (W / WQ4) == D && NT4 % 2 == 0);
         assert!(T % (PD / 8) == 0 && BM % (T / (PD / 8)) == 0 && BN % (T / (PD / 8)) == 0);
         // The P and dS tiles hold whole swizzle periods (8 chunks) a row.
         assert!(BN % 64 == 0);
@@ -749,16 +748,6 @@ unsafe fn bwd_main<
         // on two warpgroups, d = 64 on one): warpgroup w / 4 computes all 64 queries × the
         // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
         assert!(!(WGMMA && D % 64 == 0 && D / 64 == W / 4) || (WQ4 == 4 && NT4 == 8));
-        // `dq_split_keys` (d = 64 on two warpgroups): each warpgroup computes all 64 queries ×
-        // 64 columns over its own keys; the four warps that add take a query slab each, whole.
-        assert!(
-            !crate::config::dq_split_keys(WGMMA, D as u32, W as u32, WIN as u32)
-                || (WQ4 == 4 && NT4 == 8 && D == 64)
-        );
-        assert!(W % WQ4 == 0 && 16 * WQ4 == BM && NT4 % 2 == 0);
-        assert!(
-            NT4 * 8 * (W / WQ4) == D || crate::config::dq_split_keys(WGMMA, D as u32, W as u32, WIN as u32)
-        );
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -785,10 +774,6 @@ unsafe fn bwd_main<
     // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
     // 64-column panels; warpgroup wg the columns `64·wg…`).
     let qw = crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32);
-    // sm_90a, d = 64 on two warpgroups: `dQ += dS·K` on `wgmma` with the keys split — warpgroup
-    // wg over its own 64 keys, all 64 columns — and the two partial products added through
-    // shared memory before one warp of each pair adds the sum ([`crate::config::dq_split_keys`]).
-    let qsplit = crate::config::dq_split_keys(WGMMA, D as u32, W as u32, WIN as u32);
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
@@ -1016,29 +1001,26 @@ unsafe fn bwd_main<
         // so that its adds can start while dV and dK are still computed.)
         #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
         let mut qf = [0.0f32; 32];
-        if qw || qsplit {
+        if qw {
             #[cfg(target_feature = "sm_90a")]
             {
                 use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
                 let wg = warp_o / 4;
                 // Bytes of one 64-column panel of the K tile (BN rows).
                 let kb = 128 * BN as u32;
-                // The key steps of the product, and the K tile's column panel: with `qsplit`
-                // the warpgroup's own 64 keys and the one panel; otherwise all keys, panel wg.
-                let (ks0, ks_n, panel) = if qsplit { (4 * wg as usize, 4, 0) } else { (0, BN / 16, wg) };
                 wgmma::fence();
-                for ks in ks0..ks0 + ks_n {
+                for ks in 0..BN / 16 {
                     // 16 keys: 32 bytes into the dS tile's 64-key panel ks / 4 (K-major A, as Q
-                    // in the scores), rows 16·ks… of the K tile's panel (MN-major B).
+                    // in the scores), rows 16·ks… of the K tile's panel wg (MN-major B).
                     let a = descriptor(
                         ds_tile + (ks / 4) as u32 * pb + (32 * (ks % 4)) as u32,
                         16,
                         SWIZZLE_ATOM_BYTES,
                     );
-                    let b = descriptor(k_tile + panel * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
+                    let b = descriptor(k_tile + wg * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
                     // SAFETY: descriptors of the stored (fenced, behind the barrier) dS panels
                     // and the loaded K panels, 1024-byte aligned; the whole warpgroup issues it.
-                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > ks0) as u32) };
+                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
                 }
                 wgmma::commit();
             }
@@ -1108,17 +1090,13 @@ unsafe fn bwd_main<
             }
         }
 
-        // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4 (with
-        //    `qsplit` all columns: the warp pairs' partial products are summed first).
-        let (qs, cg) = (warp_o % WQ4 as u32, if qsplit { 0 } else { warp_o / WQ4 as u32 });
+        // 3. dQ (BM × D) += dS·K: warp w takes query slab w % WQ4, column group w / WQ4.
+        let (qs, cg) = (warp_o % WQ4 as u32, warp_o / WQ4 as u32);
         let c0 = cg * (8 * NT4) as u32;
         let dsr = a_rows(lane_o, 16 * qs, if kvw { 8 } else { pc });
         let (kr, k_off, kch) = col_rows::<BN, PD>((lane_o % 8) + 8 * ((lane_o / 8) % 2), c0, lane_o);
         let mut acc = [[0.0f32; 4]; NT4];
-        // With `qsplit`: whether this warp adds (its pair's sum) or hands its partial over —
-        // rows 0–31 (slabs 0, 1) are added by warpgroup 0, rows 32–63 by warpgroup 1.
-        let adds = !qsplit || ((warp_o / 4 == 0) == (qs < 2));
-        if qw || qsplit {
+        if qw {
             // The dQ group is done (the dV/dK group, issued after it, may still run).
             #[cfg(target_feature = "sm_90a")]
             {
@@ -1126,32 +1104,6 @@ unsafe fn bwd_main<
                 wgmma::settle(&mut qf);
                 for (nt, a) in acc.iter_mut().enumerate().take(8) {
                     *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
-                }
-                if qsplit {
-                    // Warps w and w ^ 4 hold the same 16 rows (slab w % 4) of the two warpgroups'
-                    // partial products, register for register. Rows 0–31: warpgroup 1 hands
-                    // over, warpgroup 0 adds; rows 32–63 the reverse, so each warpgroup adds
-                    // half. The pair meets at named barrier 1 + slab (64 threads): the giver's
-                    // stores (lane-major, 16 bytes a lane: conflict-free) are visible to the
-                    // taker after it; the buffer is next written after two block barriers, by
-                    // which the taker has read it.
-                    let (_, _, _, _, _, rows) = layout();
-                    let slot = rows + 2 * 16 * BM as u32 + qs * (32 * 32 * 4) + 16 * lane_o;
-                    if adds {
-                        named_sync::<64>(1 + qs);
-                        for (nt, a) in acc.iter_mut().enumerate().take(8) {
-                            // SAFETY: this pair's slot (host sizing: `BwdConfig::shared_bytes`),
-                            // written by the partner before the barrier.
-                            let o = unsafe { shared::load_f32x4(slot + 512 * nt as u32) };
-                            *a = [a[0] + o[0], a[1] + o[1], a[2] + o[2], a[3] + o[3]];
-                        }
-                    } else {
-                        for (nt, a) in acc.iter().enumerate().take(8) {
-                            // SAFETY: as above; the taker reads it after the barrier.
-                            unsafe { shared::store_u32x4(slot + 512 * nt as u32, a.map(f32::to_bits)) };
-                        }
-                        named_arrive::<64>(1 + qs);
-                    }
                 }
             }
         } else {
@@ -1210,12 +1162,9 @@ unsafe fn bwd_main<
                 let row = m0 + 16 * qs + g + 8 * half;
                 (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
             };
-            // (With `qsplit`, the four warps holding their pair's sum; `adds` is warp-uniform.)
-            if adds {
-                // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
-                // accumulator (host sizing), aligned as `add_tiles` needs.
-                unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
-            }
+            // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
+            // accumulator (host sizing), aligned as `add_tiles` needs.
+            unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
             if bp.locks != 0 {
                 // Every thread's adds are done (the barrier), then the next key tile's turn.
                 sync_threads();
@@ -1485,7 +1434,7 @@ macro_rules! bwd_entries {
                         { (C.block_n() / 16 / C.kv_key_warps()) as usize },
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
                         { C.dq_query_warps() as usize },
-                        { C.dq_tiles(WGMMA) as usize },
+                        { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
                         { C.window == 1 },
                     >(&p)
                 }
