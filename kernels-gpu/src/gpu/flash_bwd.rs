@@ -882,6 +882,7 @@ unsafe fn bwd_main<
         // The next step's copies into the other stage: on `wgmma` issued under this step's S
         // and dP products (their address arithmetic is over a quarter of a step's
         // instructions), before them on `mma.sync`.
+        #[cfg(target_feature = "sm_90a")]
         let prefetch = || {
             if it + 1 < steps {
                 load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
@@ -889,7 +890,12 @@ unsafe fn bwd_main<
             cp_async::commit();
         };
         #[cfg(not(target_feature = "sm_90a"))]
-        prefetch();
+        {
+            if it + 1 < steps {
+                load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
+            }
+            cp_async::commit();
+        }
         let (k_tile, v_tile, stages, p_tile, ds_tile, rows) = layout();
         let (qt, dot) = (q_tile(stages, s), q_tile(stages, s) + tile_bytes(BM));
         let tid_o = thread_x_opaque();
