@@ -33,7 +33,7 @@ impl Device {
     /// those): causal (bottom-right), sliding windows, softcaps and ALiBi, varlen with empty
     /// sequences, grouped-query attention (dK and dV summed over the query heads
     /// of each K/V head), `Nq ≠ Nk`, any strides with 16-byte rows, f16 and bf16, head dims that
-    /// are multiples of 8 up to 128. `opts` must be the forward's. Rows that see no key get zero
+    /// are multiples of 8 up to 256. `opts` must be the forward's. Rows that see no key get zero
     /// gradients; keys no query sees get zero dK and dV.
     ///
     /// FlashAttention-2's algorithm (`kernels-gpu/src/gpu/flash_bwd.rs`), except that

@@ -264,9 +264,18 @@ pub struct BwdConfig {
 }
 
 impl BwdConfig {
-    /// Keys per block of the main kernel.
+    /// Column groups of the main kernel: 2 above d = 128 (the d = 256 instance), else 1. Each
+    /// key's dK and dV then live in two warpgroups (sm_90a) that split the head dim's columns
+    /// between them, 128 each, so that a warpgroup's accumulators stay those of d = 128; both
+    /// compute the same scores (each stores half of P and dS). On `mma.sync` the block's warps
+    /// split its keys and columns as for every instance; the groups only halve the keys a block.
+    pub const fn col_groups(&self) -> u32 {
+        if self.head_dim > 128 { 2 } else { 1 }
+    }
+
+    /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].
     pub const fn block_n(&self) -> u32 {
-        16 * self.warps
+        16 * self.warps / self.col_groups()
     }
 
     /// Threads per block of the main kernel.
@@ -290,7 +299,19 @@ impl BwdConfig {
     /// queries × [`BWD_WGMMA_KEYS`] keys (`m64n64k16`, the preprocessing kernel's shape), each
     /// of its warps 16 queries of them: `warps / 4` along the keys.
     pub const fn score_key_warps(&self, wgmma: bool) -> u32 {
-        if wgmma { self.warps / 4 } else { self.warps / 2 }
+        if wgmma { self.warps / 4 / self.col_groups() } else { self.warps / 2 }
+    }
+
+    /// Query tiles (16 rows) a warp of the score products: on `wgmma` one (each warpgroup of a
+    /// column group computes all [`BWD_BLOCK_M`] queries, 16 a warp), on `mma.sync` 2.
+    pub const fn score_query_tiles(&self, wgmma: bool) -> u32 {
+        let groups = if wgmma { self.col_groups() } else { 1 };
+        BWD_BLOCK_M / 16 / (self.warps / groups / self.score_key_warps(wgmma))
+    }
+
+    /// Key tiles (8 keys) a warp of the score products.
+    pub const fn score_key_tiles(&self, wgmma: bool) -> u32 {
+        self.block_n() / 8 / self.score_key_warps(wgmma)
     }
 
     /// Warps along the keys in the key-side products (`dV += Pᵀ·dO`, `dK += dSᵀ·Q`): 32 keys
@@ -309,6 +330,12 @@ impl BwdConfig {
     /// owns 64 of the head dim's columns (d = 64 on one warpgroup, d = 128 on two).
     pub const fn dq_on_wgmma(&self, wgmma: bool) -> bool {
         dq_on_wgmma(wgmma, self.head_dim, self.warps)
+    }
+
+    /// 64-column panels of dQ each warpgroup computes, where [`BwdConfig::dq_on_wgmma`]: one
+    /// group of `m64n64k16` each, one after the other (2 at d = 256, else 1).
+    pub const fn dq_panels(&self) -> u32 {
+        dq_panels(self.head_dim, self.warps)
     }
 
     /// Whether its warps stage their dQ share (16 queries × 64 columns, f32) in shared memory
@@ -373,9 +400,16 @@ impl BwdConfig {
     }
 }
 
-/// [`BwdConfig::dq_on_wgmma`] of an instance with `head_dim` and `warps`.
+/// [`BwdConfig::dq_on_wgmma`] of an instance with `head_dim` and `warps`: each warpgroup owns
+/// whole 64-column panels of dQ (d = 64 on one warpgroup, 128 and 256 on two).
 pub const fn dq_on_wgmma(wgmma: bool, head_dim: u32, warps: u32) -> bool {
-    wgmma && head_dim % 64 == 0 && head_dim / 64 == warps / 4
+    wgmma && head_dim % 64 == 0 && (head_dim / 64) % (warps / 4) == 0
+}
+
+/// [`BwdConfig::dq_panels`] of an instance with `head_dim` and `warps`.
+pub const fn dq_panels(head_dim: u32, warps: u32) -> u32 {
+    let p = head_dim / 64 / (warps / 4);
+    if p > 1 { p } else { 1 }
 }
 
 /// [`BwdConfig::dq_staged`]: the plain (`window` 0) instances with dQ on `wgmma` over two
@@ -383,7 +417,7 @@ pub const fn dq_on_wgmma(wgmma: bool, head_dim: u32, warps: u32) -> bool {
 /// Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
 /// instances (+2–4%), which add with the lanes' `red`s.
 pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
-    dq_on_wgmma(wgmma, head_dim, warps) && warps == 8 && window == 0
+    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && warps == 8 && window == 0
 }
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows

@@ -241,6 +241,8 @@ macro_rules! for_each_bwd_instance {
             (64, 8, 1, 1)
             (128, 8, 1, 1)
             (64, 8, 1, 0)
+            (256, 8, 1, 0)
+            (256, 8, 1, 1)
         }
     };
 }
@@ -433,20 +435,16 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
     while e < 2 {
         let mut i = 0;
         while i < BWD_CONFIGS.len() {
-            out[n] = KernelInfo {
-                name: BWD_KERNELS[e][i],
-                family: Family::BwdMma(ELEMS[e], i),
-                targets: &Target::ALL,
-            };
-            out[n + 1] = KernelInfo {
-                name: BWD_PREP_KERNELS[e][i],
-                family: Family::BwdPrep(ELEMS[e], i),
-                targets: &Target::ALL,
-            };
+            // (The column-group instances are sm_90a's only: `flash_bwd.rs`.)
+            let targets: &[Target] = if BWD_CONFIGS[i].col_groups() > 1 { &SM90A_ONLY } else { &Target::ALL };
+            out[n] = KernelInfo { name: BWD_KERNELS[e][i], family: Family::BwdMma(ELEMS[e], i), targets };
+            out[n + 1] =
+                KernelInfo { name: BWD_PREP_KERNELS[e][i], family: Family::BwdPrep(ELEMS[e], i), targets };
+            // (None for the column-group instances: no training forward at their head dim.)
             out[n + 2] = KernelInfo {
                 name: BWD_PREP_RES_KERNELS[e][i],
                 family: Family::BwdPrepResidual(ELEMS[e], i),
-                targets: &SM90A_ONLY,
+                targets: if BWD_CONFIGS[i].col_groups() > 1 { &[] } else { &SM90A_ONLY },
             };
             n += 3;
             i += 1;

@@ -488,9 +488,29 @@ fn backward_plans_and_refusals() {
     };
     assert_eq!(refused(DType::F32, l, Default::default()), Reason::DType { dtype: DType::F32 });
     assert!(matches!(
-        refused(DType::BF16, Layout::bshd(1, 64, 2, 160), Default::default()),
+        refused(DType::BF16, Layout::bshd(1, 64, 2, 264), Default::default()),
         Reason::HeadDim { .. }
     ));
+    // Head dims 136–256: the column-group instance (two warpgroups on 64 keys, 128 columns
+    // each), on sm_90a only; its shared memory fits no GPU of the sm_80 PTX.
+    for d in [136, 200, 256] {
+        let l = Layout::bshd(2, 300, 4, d);
+        let lay = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
+        let opts = AttentionOptions::default();
+        let plan = plan_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts, lay).unwrap();
+        let c = BWD_CONFIGS[bwd_default(d as u32).unwrap()];
+        assert_eq!((c.head_dim, c.col_groups(), c.block_n()), (256, 2, 64));
+        assert_eq!(plan.launches[1].grid, (300u32.div_ceil(64), 4, 2));
+        assert_eq!((plan.launches[1].threads, plan.launches[1].shared_bytes), (256, c.shared_bytes(true)));
+        assert!(
+            matches!(&plan.launches[1].kind, LaunchKind::Kernel(k) if *k == "flash_bwd_bf16_d256_w8_b1"),
+            "{plan}"
+        );
+        match plan_backward(&DeviceProps::a100(), DType::BF16, &problem(l, l, &opts), &opts, lay) {
+            Err(InvalidInput::Unsupported { reason: Reason::SharedMemory { .. } | Reason::Target { .. }, .. }) => {}
+            other => panic!("d = {d} on an A100: expected a refusal, got {other:?}"),
+        }
+    }
     for method in [Method::Flash, Method::Standard] {
         assert_eq!(
             refused(DType::BF16, l, AttentionOptions { method, ..Default::default() }),

@@ -209,6 +209,14 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     for &d in &dims {
         specs.extend(edge_specs(d, (Bhsd, Aligned)));
     }
+    // The column-group instance (d = 256, two warpgroups on the same keys, 128 columns each):
+    // its own head dim and padded ones, all its edge shapes for 256.
+    let wide: Vec<usize> = [256, 200, 136].into_iter().filter(|&d| d <= max_head_dim()).collect();
+    for (i, &d) in wide.iter().enumerate() {
+        let edges = edge_specs(d, (Bshd, Aligned));
+        let n = if i == 0 { edges.len() } else { 4 };
+        specs.extend(edges.into_iter().take(n));
+    }
     if !small() {
         specs.push(spec(batch(1, 1025, 1025), 2, 2, 128, true, Bhsd));
         specs.push(spec(batch(2, 513, 1000), 8, 2, 64, false, Bshd));
@@ -226,7 +234,8 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     .into_iter()
     .enumerate()
     {
-        let d = dims[i % dims.len()];
+        // (The two-sided window also on the widest instance.)
+        let d = if i == 3 && !wide.is_empty() { wide[0] } else { dims[i % dims.len()] };
         for causal in [false, true] {
             for mut s in [
                 spec(batch(2, 300, 300), 4, 2, d, causal, Bshd),
@@ -263,7 +272,8 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     .into_iter()
     .enumerate()
     {
-        let d = dims[(i + 2) % dims.len()];
+        // (Softcap with ALiBi and a window also on the widest instance.)
+        let d = if i == 3 && !wide.is_empty() { wide[0] } else { dims[(i + 2) % dims.len()] };
         for causal in [false, true] {
             for mut s in [
                 spec(batch(2, 300, 300), 4, 2, d, causal, Bshd),
@@ -521,13 +531,16 @@ fn deterministic(dev: &Device) -> Result<(), String> {
     let mut windowed = spec(batch(2, 600, 700), 4, 2, 64, true, Bshd);
     windowed.window = flashattn::Window { left: Some(150), right: None };
     specs.insert(1, windowed);
-    // d = 64's two-warpgroup block (a tile override): its warp pairs sum their dQ partial
-    // products through shared memory before one warp of each pair adds in its turn.
+    // d = 64's two-warpgroup block (a tile override).
     let mut two_groups = spec(batch(2, 500, 900), 4, 2, 64, false, Bshd);
     two_groups.tiles = Tiles { block_m: Some(BWD_BLOCK_M as usize), block_n: Some(128) };
     specs.insert(2, two_groups);
+    // d = 256's column groups: each warpgroup adds its two dQ panels in the tile's turn.
+    if max_head_dim() >= 256 {
+        specs.insert(3, spec(batch(1, 200, 330), 4, 2, 256, true, Bshd));
+    }
     if small() {
-        specs.truncate(3);
+        specs.truncate(4);
     }
     for s in &specs {
         let mut case = Case::<bf16>::random(&mut case_rng(), s);

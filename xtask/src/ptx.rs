@@ -139,18 +139,36 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
     for names in MMA_KERNELS {
         bounds.extend(MMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
     }
+    // (The backward's column-group instances exist in the sm_90a PTX only.)
+    let on_arch = |c: &flashattn_kernels::config::BwdConfig| {
+        c.col_groups() == 1 || arch == flashattn_kernels::registry::Target::Sm90a.name()
+    };
     for names in BWD_KERNELS {
-        bounds.extend(BWD_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
+        bounds.extend(
+            BWD_CONFIGS
+                .iter()
+                .zip(names)
+                .filter(|(c, _)| on_arch(c))
+                .map(|(c, n)| (n, c.threads(), c.min_blocks)),
+        );
     }
     // The preprocessing kernels: 4 warps, three blocks per SM (170 registers; they hold two
     // 16×64 accumulators).
     for names in BWD_PREP_KERNELS {
-        bounds.extend(names.iter().map(|&n| (n, BWD_PREP_THREADS, 3)));
+        bounds.extend(
+            BWD_CONFIGS.iter().zip(names).filter(|(c, _)| on_arch(c)).map(|(_, n)| (n, BWD_PREP_THREADS, 3)),
+        );
     }
     // Their residual twins (sm_90a, instances without a window; `""` names none).
     if arch == flashattn_kernels::registry::Target::Sm90a.name() {
         for names in BWD_PREP_RES_KERNELS {
-            bounds.extend(names.iter().filter(|n| !n.is_empty()).map(|&n| (n, BWD_PREP_THREADS, 3)));
+            bounds.extend(
+                BWD_CONFIGS
+                    .iter()
+                    .zip(names)
+                    .filter(|(c, n)| !n.is_empty() && c.col_groups() == 1)
+                    .map(|(_, n)| (n, BWD_PREP_THREADS, 3)),
+            );
         }
     }
     let mut out = ptx.to_string();

@@ -152,6 +152,36 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
     }
 }
 
+/// Issues `dQ = dS·K` for one warpgroup and one 64-column panel of dQ as its own `wgmma` group
+/// (`m64n64k16`, `k` = the block's `BN` keys in steps of 16): dS K-major from its 64-key panels
+/// (as Q in the scores), K MN-major from panel `panel` of the K tile (`BN` rows).
+///
+/// # Safety
+/// The dS tile stored and fenced, the K tile loaded, both behind a barrier and 1024-byte
+/// aligned; the whole warpgroup calls it.
+#[inline(always)]
+#[cfg(target_feature = "sm_90a")]
+unsafe fn dq_wgmma<E: WgmmaElement, const BN: usize>(
+    qf: &mut [f32; 32],
+    ds_tile: u32,
+    k_tile: u32,
+    panel: u32,
+) {
+    use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
+    // Bytes of one 64-column panel of a BM-row tile (dS), and of the K tile.
+    let (pb, kb) = (128 * BM as u32, 128 * BN as u32);
+    wgmma::fence();
+    for ks in 0..BN / 16 {
+        // 16 keys: 32 bytes into the dS tile's 64-key panel ks / 4, rows 16·ks… of the K tile's
+        // panel.
+        let a = descriptor(ds_tile + (ks / 4) as u32 * pb + (32 * (ks % 4)) as u32, 16, SWIZZLE_ATOM_BYTES);
+        let b = descriptor(k_tile + panel * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
+        // SAFETY: descriptors inside the tiles (the caller's contract).
+        unsafe { E::ss_tn_n64(qf, a, b, (ks > 0) as u32) };
+    }
+    wgmma::commit();
+}
+
 /// Address of log-sum-exp row `r`'s statistics: 16 bytes, `[offset, 1/Σ P, pivot, D − pivot]`
 /// (`offset` the row's [`lse_offset`]), copied whole into shared memory by the main kernel.
 #[inline(always)]
@@ -728,26 +758,45 @@ unsafe fn bwd_main<
     const WQ4: usize,
     const NT4: usize,
     const WIN: bool,
+    const CG: usize,
 >(
     bp: &BwdParams,
 ) {
+    // Column groups (`BwdConfig::col_groups`, CG): on `wgmma` the warpgroups of one key group
+    // split the head dim's columns, their score products the same (on `mma.sync` the groups only
+    // halve the keys a block).
     const {
-        assert!(BN == 16 * W && T == 32 * W && D % 16 == 0 && PD >= D);
-        assert!(W % WN1 == 0 && MT1 * 16 * (W / WN1) == BM && NT1 * 8 * WN1 == BN && NT1 % 2 == 0);
+        assert!(BN * CG == 16 * W && T == 32 * W && D % 16 == 0 && PD >= D && (CG == 1 || CG == 2));
+        assert!(
+            W % WN1 == 0
+                && MT1 * 16 * (W / (if WGMMA { CG } else { 1 }) / WN1) == BM
+                && NT1 * 8 * WN1 == BN
+                && NT1 % 2 == 0
+        );
         assert!(W % WK3 == 0 && MT3 * 16 * WK3 == BN && NT3 * 8 * (W / WK3) == D && NT3 % 2 == 0);
         assert!(W % WQ4 == 0 && 16 * WQ4 == BM && NT4 * 8 * (W / WQ4) == D && NT4 % 2 == 0);
         assert!(T % (PD / 8) == 0 && BM % (T / (PD / 8)) == 0 && BN % (T / (PD / 8)) == 0);
         // The P and dS tiles hold whole swizzle periods (8 chunks) a row.
         assert!(BN % 64 == 0);
         // On `wgmma`: warpgroup `w / 4` computes all BM = 64 queries × NT1·8 = 64 keys (warp w
-        // rows 16·(w % 4)…), the preprocessing kernel's product; each warp's dV/dK and dQ
-        // columns stay inside one 64-column panel of the Q, dO and K tiles.
-        assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 == W));
-        assert!(!WGMMA || PD == 64 || (64 % (8 * NT3) == 0 && 64 % (8 * NT4) == 0));
-        // `dQ += dS·K` on `wgmma` where each warpgroup owns 64 of the head dim's columns (d = 128
-        // on two warpgroups, d = 64 on one): warpgroup w / 4 computes all 64 queries × the
-        // columns `64·(w / 4)…`, exactly the `mma.sync` split's tiles (query slab w % 4).
-        assert!(!(WGMMA && D % 64 == 0 && D / 64 == W / 4) || (WQ4 == 4 && NT4 == 8));
+        // rows 16·(w % 4)…), the preprocessing kernel's product (the warpgroups of a column
+        // group the same keys); each warp's dV/dK and dQ columns on `mma.sync` stay inside one
+        // 64-column panel of the Q, dO and K tiles.
+        assert!(!WGMMA || (BM == 64 && MT1 == 1 && NT1 == 8 && WN1 * 4 * CG == W));
+        assert!(
+            !WGMMA
+                || PD == 64
+                || ((D % 64 == 0 || 64 % (8 * NT3) == 0)
+                    && (crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32) || 64 % (8 * NT4) == 0))
+        );
+        // `dQ += dS·K` on `wgmma` where each warpgroup owns whole 64-column panels of the head
+        // dim (d = 128 and 256 on two warpgroups, d = 64 on one): warpgroup w / 4 computes all
+        // 64 queries × the columns `64·P·(w / 4)…` (P = `dq_panels`), the `mma.sync` split's
+        // tiles (query slab w % 4).
+        assert!(
+            !crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32)
+                || (WQ4 == 4 && NT4 == 8 * crate::config::dq_panels(D as u32, W as u32) as usize)
+        );
     };
     let p = &bp.attn;
     let tid = thread_x();
@@ -774,6 +823,20 @@ unsafe fn bwd_main<
     // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
     // 64-column panels; warpgroup wg the columns `64·wg…`).
     let qw = crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32);
+    // (Its 64-column panels a warpgroup: one group each, one after the other.)
+    let dq_panels: usize = const {
+        if crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32) {
+            crate::config::dq_panels(D as u32, W as u32) as usize
+        } else {
+            1
+        }
+    };
+    // On `wgmma`, warpgroups along the keys (of 64 each) and the columns: warpgroup wg is key
+    // group `wg % key_groups`, column group `wg / key_groups` (its dV/dK columns
+    // `(D / CG)·(wg / key_groups)…`).
+    let key_groups: u32 = const { if W / 4 / CG > 1 { (W / 4 / CG) as u32 } else { 1 } };
+    // Column groups split the P and dS stores: each stores its share of the keys.
+    let split_store: bool = const { WGMMA && CG > 1 };
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
@@ -904,8 +967,12 @@ unsafe fn bwd_main<
         // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
         {
             // (On `wgmma` the warpgroups split the keys, and the warps of one the queries.)
-            let (wm, wn) =
+            let (wm, mut wn) =
                 if WGMMA { (warp_o % 4, warp_o / 4) } else { (warp_o / WN1 as u32, warp_o % WN1 as u32) };
+            if split_store {
+                // (Column groups: the warpgroup's key group.)
+                wn %= key_groups;
+            }
             let (q0, k0) = (wm * (16 * MT1) as u32, wn * (8 * NT1) as u32);
             let mut sc = [[[0.0f32; 4]; NT1]; MT1];
             let mut dp = [[[0.0f32; 4]; NT1]; MT1];
@@ -967,6 +1034,10 @@ unsafe fn bwd_main<
                         scale_log2,
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
+                        // (Column groups: this one stores the keys `(BN / CG)·group…`.)
+                        if split_store && (nt / (NT1 / CG.max(1))) as u32 != warp_o / 4 / key_groups {
+                            return;
+                        }
                         let chunk = k0 / 8 + nt as u32;
                         let at =
                             if kvw { panel_swizzle(qr, chunk, BM as u32) } else { swizzle(qr, chunk, pc) }
@@ -1008,28 +1079,12 @@ unsafe fn bwd_main<
         #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
         let mut qf = [0.0f32; 32];
         if qw {
+            // (Warpgroup wg's first panel of the K tile: `dq_panels·wg`.)
             #[cfg(target_feature = "sm_90a")]
-            {
-                use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
-                let wg = warp_o / 4;
-                // Bytes of one 64-column panel of the K tile (BN rows).
-                let kb = 128 * BN as u32;
-                wgmma::fence();
-                for ks in 0..BN / 16 {
-                    // 16 keys: 32 bytes into the dS tile's 64-key panel ks / 4 (K-major A, as Q
-                    // in the scores), rows 16·ks… of the K tile's panel wg (MN-major B).
-                    let a = descriptor(
-                        ds_tile + (ks / 4) as u32 * pb + (32 * (ks % 4)) as u32,
-                        16,
-                        SWIZZLE_ATOM_BYTES,
-                    );
-                    let b = descriptor(k_tile + wg * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
-                    // SAFETY: descriptors of the stored (fenced, behind the barrier) dS panels
-                    // and the loaded K panels, 1024-byte aligned; the whole warpgroup issues it.
-                    unsafe { E::ss_tn_n64(&mut qf, a, b, (ks > 0) as u32) };
-                }
-                wgmma::commit();
-            }
+            // SAFETY: the stored (fenced, behind the barrier) dS tile and the loaded K tile.
+            unsafe {
+                dq_wgmma::<E, BN>(&mut qf, ds_tile, k_tile, dq_panels as u32 * (warp_o / 4))
+            };
         }
 
         // 2. dV += Pᵀ·dO and dK += dSᵀ·Q: the queries are the reduction; Pᵀ and dSᵀ are A
@@ -1044,13 +1099,19 @@ unsafe fn bwd_main<
             {
                 use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
                 let wg = warp_o / 4;
+                // (Key group and first column panel: with column groups, `(D / 64 / CG)·wg`.)
+                let (kg, cp0) = if CG == 1 {
+                    (wg, 0)
+                } else {
+                    (wg % key_groups, (D / 64 / CG) as u32 * (wg / key_groups))
+                };
                 let desc = |addr: u32| descriptor(addr, pb, SWIZZLE_ATOM_BYTES);
                 wgmma::fence();
                 for kk in 0..BM / 16 {
                     let k_off = (kk * 16 * 128) as u32;
-                    let (pd, sd) = (desc(p_tile + wg * pb + k_off), desc(ds_tile + wg * pb + k_off));
-                    for pn in 0..D / 64 {
-                        let b_off = pn as u32 * pb + k_off;
+                    let (pd, sd) = (desc(p_tile + kg * pb + k_off), desc(ds_tile + kg * pb + k_off));
+                    for pn in 0..D / 64 / CG {
+                        let b_off = (cp0 + pn as u32) * pb + k_off;
                         // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
                         // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
                         // warpgroup issues them.
@@ -1163,14 +1224,47 @@ unsafe fn bwd_main<
             // The adds into the f32 accumulator: on sm_90 four columns at once (see
             // `add_tiles`), before two at a time.
             let d = p.head_dim;
-            let tiles_inside = d.saturating_sub(c0) / 8;
             let row_base = |half: u32, col: u32| -> Option<u64> {
                 let row = m0 + 16 * qs + g + 8 * half;
                 (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
             };
-            // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
-            // accumulator (host sizing), aligned as `add_tiles` needs.
-            unsafe { add_tiles(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col)) };
+            if dq_panels == 1 {
+                let tiles_inside = d.saturating_sub(c0) / 8;
+                // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
+                // accumulator (host sizing), aligned as `add_tiles` needs.
+                unsafe {
+                    add_tiles::<NT4, NT4>(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col))
+                };
+            } else {
+                // The warpgroup's panels one after the other (d = 256): panel qp's group issued
+                // once the previous panel's results are read (the dV/dK group, issued before
+                // it, waited for with it), its 8 tiles in `acc`'s first.
+                for qp in 0..dq_panels {
+                    #[cfg(target_feature = "sm_90a")]
+                    if qp > 0 {
+                        // SAFETY: as the first panel's.
+                        unsafe {
+                            dq_wgmma::<E, BN>(
+                                &mut qf,
+                                ds_tile,
+                                k_tile,
+                                dq_panels as u32 * (warp_o / 4) + qp as u32,
+                            )
+                        };
+                        wgmma::wait::<0>();
+                        wgmma::settle(&mut qf);
+                        for (nt, a) in acc.iter_mut().enumerate().take(8) {
+                            *a = [qf[4 * nt], qf[4 * nt + 1], qf[4 * nt + 2], qf[4 * nt + 3]];
+                        }
+                    }
+                    let c = c0 + 64 * qp as u32;
+                    let tiles_inside = (d.saturating_sub(c) / 8).min(8);
+                    // SAFETY: as above, columns `c + 8·nt + …` < d.
+                    unsafe {
+                        add_tiles::<NT4, 8>(&acc, tiles_inside, t4, |half, col| row_base(half, c + col))
+                    };
+                }
+            }
             if bp.locks != 0 {
                 // Every thread's adds are done (the barrier), then the next key tile's turn.
                 sync_threads();
@@ -1186,7 +1280,7 @@ unsafe fn bwd_main<
             #[cfg(target_feature = "sm_90a")]
             {
                 wgmma::wait::<0>();
-                for pn in 0..D / 64 {
+                for pn in 0..D / 64 / CG {
                     wgmma::settle(&mut dvw[pn]);
                     wgmma::settle(&mut dkw[pn]);
                 }
@@ -1209,7 +1303,11 @@ unsafe fn bwd_main<
     if kvw {
         // The `wgmma` accumulators: warpgroup `warp / 4`'s keys, warp rows `16·(warp % 4)…`;
         // register `4j + e` of panel pn: row g + 8·(e / 2), column 64·pn + 8j + 2·t4 + e % 2.
-        let k0 = n0 + 64 * (warp / 4) + 16 * (warp % 4);
+        // (With column groups: key group `(warp / 4) % key_groups`, columns from panel `cp0`.)
+        let wg = warp / 4;
+        let (kg, cp0) =
+            if CG == 1 { (wg, 0) } else { (wg % key_groups, (D / 64 / CG) as u32 * (wg / key_groups)) };
+        let k0 = n0 + 64 * kg + 16 * (warp % 4);
         // The sequence's view read again (not kept in registers through the loop: the d = 128
         // window instance spilled 8 bytes holding it).
         // SAFETY: as at the start.
@@ -1220,9 +1318,9 @@ unsafe fn bwd_main<
             if key < seq.len_k {
                 let ko = seq.offset(&bp.dk_strides, seq.k_start, key, kv_h);
                 let vo = seq.offset(&bp.dv_strides, seq.k_start, key, kv_h);
-                for pn in 0..D / 64 {
+                for pn in 0..D / 64 / CG {
                     for j in 0..8 {
-                        let col = (64 * pn + 8 * j) as u64 + 2 * t4 as u64;
+                        let col = (64 * (cp0 as usize + pn) + 8 * j) as u64 + 2 * t4 as u64;
                         if col < d as u64 {
                             let r = 4 * j + 2 * half;
                             let (kt, vt) = (&dkw[pn], &dvw[pn]);
@@ -1326,7 +1424,7 @@ unsafe fn stage_dq_rows<const NT: usize>(
 /// even multiples of 4 columns (sm_90) — the accumulator's rows and `col` multiples of 8 floats
 /// are.
 #[inline(always)]
-unsafe fn add_tiles<const NT: usize>(
+unsafe fn add_tiles<const NT: usize, const USED: usize>(
     acc: &[[f32; 4]; NT],
     tiles: u32,
     t4: u32,
@@ -1337,7 +1435,7 @@ unsafe fn add_tiles<const NT: usize>(
         let odd = t4 % 2;
         // The even lane's four columns start at its own pair, the odd lane's at its partner's.
         let at = base(odd, 2 * (t4 - odd));
-        for (nt, a) in acc.iter().enumerate() {
+        for (nt, a) in acc.iter().enumerate().take(USED) {
             // Every lane takes part in the exchange (outside any lane-dependent branch): the even
             // lane sends its row g+8 pair and receives its partner's row g pair, the odd lane the
             // reverse.
@@ -1355,7 +1453,7 @@ unsafe fn add_tiles<const NT: usize>(
     #[cfg(not(target_feature = "sm_90a"))]
     for half in 0..2u32 {
         if let Some(at) = base(half, 2 * t4) {
-            for (nt, a) in acc.iter().enumerate() {
+            for (nt, a) in acc.iter().enumerate().take(USED) {
                 if (nt as u32) < tiles {
                     let h = 2 * half as usize;
                     // SAFETY: forwarded contract.
@@ -1410,11 +1508,21 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
 
 /// The entry points of one [`crate::for_each_bwd_instance!`] group and element type.
 macro_rules! bwd_entries {
-    (() $(($d:literal, $w:literal, $b:literal, $win:tt))*) => {
+    (() $(($d:tt, $w:literal, $b:literal, $win:tt))*) => {
         $( bwd_entries!(@one F16, "f16", $d, $w, $b, $win);
            bwd_entries!(@one Bf16, "bf16", $d, $w, $b, $win); )*
     };
+    // The column-group instance (d = 256) is sm_90a's only: its 211 KiB of shared memory fit no
+    // GPU that runs the sm_80 PTX (the registry's `targets` say so). It has no residual
+    // preprocessing kernel: no training forward writes residuals at that head dim.
+    (@one $elem:ty, $dt:literal, 256, $w:literal, $b:literal, $win:tt) => {
+        bwd_entries!(@body [cfg(target_feature = "sm_90a")] no, $elem, $dt, 256, $w, $b, $win);
+    };
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
+        bwd_entries!(@body [cfg(all())] yes, $elem, $dt, $d, $w, $b, $win);
+    };
+    (@body [$on:meta] $res:ident, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
+        #[$on]
         const _: () = {
             const C: BwdConfig = BwdConfig { head_dim: $d, warps: $w, min_blocks: $b, window: $win };
 
@@ -1434,14 +1542,15 @@ macro_rules! bwd_entries {
                         { C.block_n() as usize },
                         { C.threads() as usize },
                         { C.score_key_warps(WGMMA) as usize },
-                        { (BWD_BLOCK_M / 16 / (C.warps / C.score_key_warps(WGMMA))) as usize },
-                        { (C.block_n() / 8 / C.score_key_warps(WGMMA)) as usize },
+                        { C.score_query_tiles(WGMMA) as usize },
+                        { C.score_key_tiles(WGMMA) as usize },
                         { C.kv_key_warps() as usize },
                         { (C.block_n() / 16 / C.kv_key_warps()) as usize },
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
                         { C.dq_query_warps() as usize },
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
                         { C.window == 1 },
+                        { C.col_groups() as usize },
                     >(&p)
                 }
             }
@@ -1465,12 +1574,13 @@ macro_rules! bwd_entries {
                 }
             }
 
-            bwd_entries!(@residual $elem, $dt, $d, $w, $b, $win);
+            bwd_entries!(@residual $res, $elem, $dt, $d, $w, $b, $win);
         };
     };
+    (@residual no, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {};
     // The preprocessing kernel that also takes a training forward's residuals (sm_90a:
     // [`prep_from_residuals`]; the window instances' falls back to their masked pass).
-    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
+    (@residual yes, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         /// The backward's preprocessing kernel with a training forward's residuals (see
         /// [`prep_from_residuals`]).
         ///
