@@ -516,7 +516,7 @@ pub fn plan(
 
 /// [`plan`] for a training forward ([`crate::Device::attention_for_backward`]): the same method
 /// and tiles, on the Hopper kernel's training instance of the same kind (plain, masked or
-/// softcap) where one runs the problem (head dims 40–128), which also writes what the backward
+/// softcap) where one runs the problem (head dims 40–256; masked 40–128), which also writes what the backward
 /// needs to skip its pass over the keys ([`Plan::residuals`]). Elsewhere the plan is [`plan`]'s,
 /// and the backward makes that pass.
 pub fn plan_for_backward(
@@ -550,8 +550,8 @@ pub fn plan_for_backward(
         );
     } else if !plan.launches.is_empty() {
         plan.why.push(
-            "training: this kernel keeps no residuals (only the Hopper kernel's instances at head dims 40–128 \
-             do), so the backward makes its pass over the keys from the log-sum-exp"
+            "training: this kernel keeps no residuals (only the Hopper kernel's instances do: head dims 40–256, \
+             40–128 masked), so the backward makes its pass over the keys from the log-sum-exp"
                 .into(),
         );
     }

@@ -246,8 +246,9 @@ pub const fn mma_find(base: usize, head_dim: u32, block_m: u32, block_n: u32) ->
 }
 
 /// A tensor-core backward configuration (FlashAttention-2's algorithm; `gpu/flash_bwd.rs`).
-/// The main kernel's block owns `block_n = 16·warps` keys and their dK and dV in registers for
-/// the whole walk over the query tiles ([`BWD_BLOCK_M`] rows a step) that see them; its warp
+/// The main kernel's block owns `block_n = 16·warps / col_groups` keys
+/// ([`BwdConfig::col_groups`]: 2 above d = 128) and their dK and dV in registers for the
+/// whole walk over the query tiles ([`BWD_BLOCK_M`] rows a step) that see them; its warp
 /// grids for the three products are [`BwdConfig::score_key_warps`],
 /// [`BwdConfig::kv_key_warps`] and [`BwdConfig::dq_query_warps`]. Instances are padded: they run
 /// every head dim `d ≤ head_dim` that is a multiple of 8.
@@ -373,6 +374,13 @@ impl BwdConfig {
     pub const fn prep_shared_bytes(&self, wgmma: bool) -> u32 {
         wgmma_slack(wgmma)
             + 2 * self.pitch() * (2 * BWD_BLOCK_M + 2 * self.prep_stages(wgmma) * BWD_PREP_BLOCK_N)
+    }
+
+    /// Blocks per SM the residual preprocessing kernel's registers allow (launch bounds): 3 (170
+    /// registers), or 1 at d = 256, whose O, dO and O's residual tiles (96 KiB, 129 KiB of
+    /// shared memory in all) let one block on an SM anyway and whose product spills at 170.
+    pub const fn prep_res_min_blocks(&self) -> u32 {
+        if self.col_groups() > 1 { 1 } else { 3 }
     }
 
     /// Whether this instance runs head dim `d`.

@@ -195,6 +195,8 @@ macro_rules! for_each_wgmma_instance {
             (128, 128, 128, 2, 1, 1)
             (64, 128, 128, 2, 2, 1)
             (128, 128, 128, 2, 2, 1)
+            (192, 128, 64, 2, 0, 1)
+            (256, 128, 64, 2, 0, 1)
         }
     };
 }
@@ -440,11 +442,10 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
             out[n] = KernelInfo { name: BWD_KERNELS[e][i], family: Family::BwdMma(ELEMS[e], i), targets };
             out[n + 1] =
                 KernelInfo { name: BWD_PREP_KERNELS[e][i], family: Family::BwdPrep(ELEMS[e], i), targets };
-            // (None for the column-group instances: no training forward at their head dim.)
             out[n + 2] = KernelInfo {
                 name: BWD_PREP_RES_KERNELS[e][i],
                 family: Family::BwdPrepResidual(ELEMS[e], i),
-                targets: if BWD_CONFIGS[i].col_groups() > 1 { &[] } else { &SM90A_ONLY },
+                targets: &SM90A_ONLY,
             };
             n += 3;
             i += 1;

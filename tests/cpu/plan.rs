@@ -507,7 +507,10 @@ fn backward_plans_and_refusals() {
             "{plan}"
         );
         match plan_backward(&DeviceProps::a100(), DType::BF16, &problem(l, l, &opts), &opts, lay) {
-            Err(InvalidInput::Unsupported { reason: Reason::SharedMemory { .. } | Reason::Target { .. }, .. }) => {}
+            Err(InvalidInput::Unsupported {
+                reason: Reason::SharedMemory { .. } | Reason::Target { .. },
+                ..
+            }) => {}
             other => panic!("d = {d} on an A100: expected a refusal, got {other:?}"),
         }
     }
@@ -783,9 +786,11 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         let f = if from_residuals { plan_backward_from_residuals } else { plan_backward };
         f(props, DType::BF16, p, o, layouts).unwrap()
     };
-    // Plain problems on sm_90 at head dims 40–128: the training instance, its residuals read by
+    // Plain problems on sm_90 at head dims 40–256: the training instance, its residuals read by
     // the residual preprocessing kernel; the tiles and the grid are the inference plan's.
-    for (d, causal) in [(40, false), (64, true), (96, false), (128, true)] {
+    for (d, causal) in
+        [(40, false), (64, true), (96, false), (128, true), (160, false), (200, true), (256, false)]
+    {
         let opts = AttentionOptions { causal, ..auto.clone() };
         let l = Layout::bshd(2, 1000, 4, d);
         let p = problem(l, l, &opts);

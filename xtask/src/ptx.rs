@@ -166,8 +166,8 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
                 BWD_CONFIGS
                     .iter()
                     .zip(names)
-                    .filter(|(c, n)| !n.is_empty() && c.col_groups() == 1)
-                    .map(|(_, n)| (n, BWD_PREP_THREADS, 3)),
+                    .filter(|(_, n)| !n.is_empty())
+                    .map(|(c, n)| (n, BWD_PREP_THREADS, c.prep_res_min_blocks())),
             );
         }
     }

@@ -34,7 +34,12 @@
 //! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
 //! d = 128 (two warpgroups) and d = 64 on one warpgroup also `dQ += dS·K` (its own `wgmma` group,
 //! issued first, so that its adds overlap the dV/dK products). d = 32, the two-warpgroup d = 64
-//! blocks (and sm_80) keep those products on `mma.sync`. In d = 128's plain instance the warps
+//! blocks (and sm_80) keep those products on `mma.sync`. At d = 256 (sm_90a only: 211 KiB of
+//! shared memory) the block's two warpgroups share its 64 keys and split the columns, 128 each,
+//! so that each holds d = 128's dV/dK accumulators (`BwdConfig::col_groups`): both compute the
+//! same S and dP over all 256 columns (the product the preprocessing kernel computes, bit for
+//! bit), each stores half of P and dS, and each computes its two 64-column panels of dQ, one
+//! `wgmma` group after the other. In d = 128's plain instance the warps
 //! add their dQ share through shared-memory staging rows with bulk reductions
 //! ([`stage_dq_rows`]); elsewhere, and in deterministic mode, with `red.global.add`.
 //!
@@ -1513,15 +1518,14 @@ macro_rules! bwd_entries {
            bwd_entries!(@one Bf16, "bf16", $d, $w, $b, $win); )*
     };
     // The column-group instance (d = 256) is sm_90a's only: its 211 KiB of shared memory fit no
-    // GPU that runs the sm_80 PTX (the registry's `targets` say so). It has no residual
-    // preprocessing kernel: no training forward writes residuals at that head dim.
+    // GPU that runs the sm_80 PTX (the registry's `targets` say so).
     (@one $elem:ty, $dt:literal, 256, $w:literal, $b:literal, $win:tt) => {
-        bwd_entries!(@body [cfg(target_feature = "sm_90a")] no, $elem, $dt, 256, $w, $b, $win);
+        bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, 256, $w, $b, $win);
     };
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
-        bwd_entries!(@body [cfg(all())] yes, $elem, $dt, $d, $w, $b, $win);
+        bwd_entries!(@body [cfg(all())] $elem, $dt, $d, $w, $b, $win);
     };
-    (@body [$on:meta] $res:ident, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
+    (@body [$on:meta] $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         #[$on]
         const _: () = {
             const C: BwdConfig = BwdConfig { head_dim: $d, warps: $w, min_blocks: $b, window: $win };
@@ -1574,13 +1578,12 @@ macro_rules! bwd_entries {
                 }
             }
 
-            bwd_entries!(@residual $res, $elem, $dt, $d, $w, $b, $win);
+            bwd_entries!(@residual $elem, $dt, $d, $w, $b, $win);
         };
     };
-    (@residual no, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {};
     // The preprocessing kernel that also takes a training forward's residuals (sm_90a:
     // [`prep_from_residuals`]; the window instances' falls back to their masked pass).
-    (@residual yes, $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
+    (@residual $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         /// The backward's preprocessing kernel with a training forward's residuals (see
         /// [`prep_from_residuals`]).
         ///
