@@ -694,6 +694,30 @@ fn probs_and_ds<const MASKED: bool, const NT: usize>(
     }
 }
 
+/// One row's score modifiers of kind `kind` ([`modify_row`]) and then its P and dS
+/// ([`probs_and_ds`]; `whole`: the row sees every key of the tiles), on `NT` 8-key tiles of the
+/// lane: [`bwd_main`]'s column groups each take half of a row's tiles through it.
+#[inline(always)]
+fn row_probs<const NT: usize>(
+    hm: &HeadMod,
+    kind: u32,
+    row: &mut RowCtx,
+    (sc, dp): (&mut [[f32; 4]; NT], &mut [[f32; 4]; NT]),
+    (half, pos, whole): (usize, f32, bool),
+    store: impl FnMut(usize, [f32; 2], [f32; 2]),
+) {
+    match kind {
+        MOD_NONE => {}
+        MOD_ALIBI => modify_row::<MOD_ALIBI, NT>(hm, row, sc, dp, half, pos),
+        _ => modify_row::<MOD_SOFTCAP, NT>(hm, row, sc, dp, half, pos),
+    }
+    if whole {
+        probs_and_ds::<false, NT>(row, sc, dp, half, store);
+    } else {
+        probs_and_ds::<true, NT>(row, sc, dp, half, store);
+    }
+}
+
 /// `acc += A·Bᵀ` over the head dim, for one warp's `MT` 16-row slabs of the `[m][k]` tile `a`
 /// and `NT` 8-row tiles of the `[n][k]` tile `b` (both swizzled, `chunks` a row; the lanes'
 /// addresses as [`a_rows`] and [`b_rows`] give them): `MT·NT` independent accumulator chains.
@@ -1039,10 +1063,6 @@ unsafe fn bwd_main<
                         scale_log2,
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
-                        // (Column groups: this one stores the keys `(BN / CG)·group…`.)
-                        if split_store && (nt / (NT1 / CG.max(1))) as u32 != warp_o / 4 / key_groups {
-                            return;
-                        }
                         let chunk = k0 / 8 + nt as u32;
                         let at =
                             if kvw { panel_swizzle(qr, chunk, BM as u32) } else { swizzle(qr, chunk, pc) }
@@ -1053,10 +1073,38 @@ unsafe fn bwd_main<
                             shared::store_u32(ds_tile + at, E::pack(ds[0], ds[1]));
                         }
                     };
+                    let pos = hm.position(m0 + qr);
+                    if split_store {
+                        // Column groups: each warpgroup computes and stores P and dS of its half of
+                        // the keys (tiles 4·group…; both hold all 8 tiles of S and dP).
+                        const { assert!(!WGMMA || CG == 1 || (CG == 2 && NT1 == 8)) };
+                        let whole = !WIN && shuffle::all(n0 + k0 + 8 * NT1 as u32 <= row.limit);
+                        let upper = warp_o / 4 / key_groups != 0;
+                        let (s8, d8) = (sc[mt].as_mut_ptr(), dp[mt].as_mut_ptr());
+                        if upper {
+                            row.key0 += 32;
+                            // SAFETY: NT1 == 8 (asserted): tiles 4..8 of the row's accumulators.
+                            let (s4, d4) = unsafe {
+                                (
+                                    &mut *s8.add(4).cast::<[[f32; 4]; 4]>(),
+                                    &mut *d8.add(4).cast::<[[f32; 4]; 4]>(),
+                                )
+                            };
+                            row_probs(&hm, kind, &mut row, (s4, d4), (half, pos, whole), |nt, pr, ds| {
+                                store(nt + 4, pr, ds)
+                            });
+                        } else {
+                            // SAFETY: as above, tiles 0..4.
+                            let (s4, d4) = unsafe {
+                                (&mut *s8.cast::<[[f32; 4]; 4]>(), &mut *d8.cast::<[[f32; 4]; 4]>())
+                            };
+                            row_probs(&hm, kind, &mut row, (s4, d4), (half, pos, whole), store);
+                        }
+                        continue;
+                    }
                     // Score modifiers first, in place (a pass of their own, so that their
                     // temporaries and the probabilities' are not live at once).
                     let (scm, dpm) = (&mut sc[mt], &mut dp[mt]);
-                    let pos = hm.position(m0 + qr);
                     match kind {
                         MOD_NONE => {}
                         MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
