@@ -960,12 +960,6 @@ unsafe fn bwd_main<
     let mut dkw = [[0.0f32; 32]; 2];
     #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut))]
     let mut dvw = [[0.0f32; 32]; 2];
-    // d = 64's one-warpgroup block outside deterministic mode (`defer`): the second half of
-    // each warp's dQ adds (tiles 4..8, exchanged already) waits in registers for the next
-    // step, where it is issued under that step's S/dP products (`DeferredAdds`).
-    let defer = qw && dq_panels == 1 && !staged && W == 4;
-    #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
-    let mut deferred = DeferredAdds::NONE;
     for it in 0..steps {
         let s = it % 2;
         let (h, tile) = if staged { at } else { step(it) };
@@ -986,10 +980,6 @@ unsafe fn bwd_main<
                 load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
             }
             cp_async::commit();
-            if defer {
-                // SAFETY: the previous step's rows and columns (`DeferredAdds::issue`).
-                unsafe { deferred.issue() };
-            }
         };
         #[cfg(not(target_feature = "sm_90a"))]
         {
@@ -1291,19 +1281,7 @@ unsafe fn bwd_main<
                 let row = m0 + 16 * qs + g + 8 * half;
                 (row < seq.len_q).then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + col as u64))
             };
-            if defer && bp.locks == 0 {
-                #[cfg(target_feature = "sm_90a")]
-                {
-                    let tiles_inside = d.saturating_sub(c0) / 8;
-                    // SAFETY: as below; the deferred half is issued in the next step or after
-                    // the loop.
-                    deferred = unsafe {
-                        add_tiles_deferring::<NT4>(&acc, tiles_inside, t4, |half, col| {
-                            row_base(half, c0 + col)
-                        })
-                    };
-                }
-            } else if dq_panels == 1 {
+            if dq_panels == 1 {
                 let tiles_inside = d.saturating_sub(c0) / 8;
                 // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
                 // accumulator (host sizing), aligned as `add_tiles` needs.
@@ -1366,14 +1344,6 @@ unsafe fn bwd_main<
         }
     }
     cp_async::wait::<0>();
-    if defer {
-        // The last step's deferred adds.
-        // SAFETY: as in the loop.
-        #[cfg(target_feature = "sm_90a")]
-        unsafe {
-            deferred.issue()
-        };
-    }
     if staged {
         // The last dQ reductions done before the block's shared memory goes.
         #[cfg(target_feature = "sm_90a")]
@@ -1448,83 +1418,6 @@ unsafe fn bwd_main<
     }
 }
 
-/// The lane's four consecutive columns of one row after the lane-pair exchange of
-/// [`add_tiles`]: every lane takes part (outside any lane-dependent branch); the even lane
-/// (`odd` 0) sends its row g+8 pair and receives its partner's row g pair, the odd lane the
-/// reverse.
-#[cfg(target_feature = "sm_90a")]
-#[inline(always)]
-fn pair_exchange(a: &[f32; 4], odd: u32) -> [f32; 4] {
-    let send = if odd == 0 { [a[2], a[3]] } else { [a[0], a[1]] };
-    let got = [shuffle::xor(send[0], 1), shuffle::xor(send[1], 1)];
-    if odd == 0 { [a[0], a[1], got[0], got[1]] } else { [got[0], got[1], a[2], a[3]] }
-}
-
-/// The half of a warp's dQ adds that [`add_tiles_deferring`] leaves for later: tiles 4..8 of
-/// the lane's row, already exchanged (four columns each), their row's address (`None`: past
-/// the sequence or nothing deferred) and how many of the 8 tiles lie inside the head dim.
-#[derive(Clone, Copy)]
-struct DeferredAdds {
-    v: [[f32; 4]; 4],
-    at: Option<u64>,
-    tiles: u32,
-}
-
-impl DeferredAdds {
-    const NONE: DeferredAdds = DeferredAdds { v: [[0.0; 4]; 4], at: None, tiles: 0 };
-
-    /// Issues the deferred `red.global.add.v4.f32`s.
-    ///
-    /// # Safety
-    /// As [`add_tiles`], for the address and tiles recorded.
-    #[cfg(target_feature = "sm_90a")]
-    #[inline(always)]
-    unsafe fn issue(&self) {
-        if let Some(at) = self.at {
-            for (j, v) in self.v.iter().enumerate() {
-                if ((4 + j) as u32) < self.tiles {
-                    // SAFETY: forwarded contract (four columns, 16-byte aligned).
-                    unsafe { global::red_add_f32x4(at + 32 * (4 + j) as u64, *v) };
-                }
-            }
-        }
-    }
-}
-
-/// [`add_tiles`] for 8 tiles that adds tiles 0..4 now and returns tiles 4..8, exchanged, for
-/// the caller to issue later ([`DeferredAdds::issue`]): a step's adds spread over two steps,
-/// the second half under the next step's score products.
-///
-/// # Safety
-/// As [`add_tiles`]; the returned adds must be issued before the kernel ends.
-#[cfg(target_feature = "sm_90a")]
-#[inline(always)]
-unsafe fn add_tiles_deferring<const NT: usize>(
-    acc: &[[f32; 4]; NT],
-    tiles: u32,
-    t4: u32,
-    base: impl Fn(u32, u32) -> Option<u64>,
-) -> DeferredAdds {
-    let odd = t4 % 2;
-    let at = base(odd, 2 * (t4 - odd));
-    let mut later = DeferredAdds { v: [[0.0; 4]; 4], at, tiles };
-    // (The caller's `acc` holds 8 tiles: d = 64's block.)
-    for (nt, a) in acc.iter().enumerate().take(8) {
-        let v = pair_exchange(a, odd);
-        if nt < 4 {
-            if let Some(at) = at
-                && (nt as u32) < tiles
-            {
-                // SAFETY: forwarded contract (four columns, 16-byte aligned).
-                unsafe { global::red_add_f32x4(at + 32 * nt as u64, v) };
-            }
-        } else {
-            later.v[nt - 4] = v;
-        }
-    }
-    later
-}
-
 /// Adds one warp's dQ tiles (`acc[nt]`: rows g and g+8, columns `8·nt + 2·t4` and the next;
 /// `tiles` of them at most) to the f32 accumulator through the warp's staging rows at `stage`
 /// (16 rows of [`BWD_DQ_STAGE_PITCH`] f32): the lanes store their pairs, then lane r < 16 adds
@@ -1596,7 +1489,12 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
         // The even lane's four columns start at its own pair, the odd lane's at its partner's.
         let at = base(odd, 2 * (t4 - odd));
         for (nt, a) in acc.iter().enumerate().take(USED) {
-            let v = pair_exchange(a, odd);
+            // Every lane takes part in the exchange (outside any lane-dependent branch): the even
+            // lane sends its row g+8 pair and receives its partner's row g pair, the odd lane the
+            // reverse.
+            let send = if odd == 0 { [a[2], a[3]] } else { [a[0], a[1]] };
+            let got = [shuffle::xor(send[0], 1), shuffle::xor(send[1], 1)];
+            let v = if odd == 0 { [a[0], a[1], got[0], got[1]] } else { [got[0], got[1], a[2], a[3]] };
             if let Some(at) = at
                 && (nt as u32) < tiles
             {
