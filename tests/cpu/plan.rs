@@ -488,7 +488,7 @@ fn backward_plans_and_refusals() {
     };
     assert_eq!(refused(DType::F32, l, Default::default()), Reason::DType { dtype: DType::F32 });
     assert!(matches!(
-        refused(DType::BF16, Layout::bshd(1, 64, 2, 264), Default::default()),
+        refused(DType::BF16, Layout::bshd(1, 64, 2, 252), Default::default()),
         Reason::HeadDim { .. }
     ));
     // Head dims 136–256: the column-group instance (two warpgroups on 64 keys, 128 columns
