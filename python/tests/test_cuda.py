@@ -78,7 +78,10 @@ def test_forward(shape, causal, dtype):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 128, 128, 8, 8, 64), (1, 97, 300, 4, 2, 128), (2, 64, 64, 4, 4, 32)])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 128, 128, 8, 8, 64), (1, 97, 300, 4, 2, 128), (2, 64, 64, 4, 4, 32), (1, 200, 330, 4, 2, 256)],
+)
 def test_backward(shape, causal):
     dtype = torch.bfloat16
     q, k, v = inputs(*shape, dtype, grad=True)
