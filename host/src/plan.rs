@@ -1414,6 +1414,15 @@ fn backward_plan(
         }
     )];
     let mut why = why;
+    if config.col_groups() > 1 {
+        why.push(format!(
+            "column groups: the block's {} warpgroups share its {} keys and split the head dim's columns \
+             ({} each), both computing the scores, each the softmax of half the keys (sm_90a only)",
+            config.col_groups(),
+            tiles.1,
+            config.head_dim / config.col_groups()
+        ));
+    }
     if let Some((_, what)) = masked {
         why.push(format!("masked instance: {what}"));
     }

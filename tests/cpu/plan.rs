@@ -506,6 +506,7 @@ fn backward_plans_and_refusals() {
             matches!(&plan.launches[1].kind, LaunchKind::Kernel(k) if *k == "flash_bwd_bf16_d256_w8_b1"),
             "{plan}"
         );
+        assert!(plan.why.iter().any(|w| w.starts_with("column groups")), "{plan}");
         match plan_backward(&DeviceProps::a100(), DType::BF16, &problem(l, l, &opts), &opts, lay) {
             Err(InvalidInput::Unsupported {
                 reason: Reason::SharedMemory { .. } | Reason::Target { .. },
