@@ -972,8 +972,8 @@ unsafe fn bwd_main<
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
         // The next step's copies into the other stage: on `wgmma` issued under this step's S
-        // and dP products (their address arithmetic is over a quarter of a step's
-        // instructions), before them on `mma.sync`.
+        // and dP products (with their address arithmetic about a fifth of a step's
+        // instructions, NOTES.md), before them on `mma.sync`.
         #[cfg(target_feature = "sm_90a")]
         let prefetch = || {
             if it + 1 < steps {
