@@ -276,6 +276,11 @@ impl Device {
         })
     }
 
+    /// The PTX this device loads.
+    pub(crate) fn target(&self) -> Target {
+        self.target
+    }
+
     /// The device's properties.
     pub fn props(&self) -> &DeviceProps {
         &self.props

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, sys};
 use flashattn_kernels::config::{WGMMA_CONFIGS, WGMMA_PANEL};
-use flashattn_kernels::params::{TENSOR_MAP_BYTES, WgmmaParams};
-use flashattn_kernels::registry::Family;
+use flashattn_kernels::params::{BWD_BLOCK_M, TENSOR_MAP_BYTES, WgmmaParams};
+use flashattn_kernels::registry::{Family, Target};
 
 use crate::attention::{Io, attn_params};
 use crate::buffer::DType;
@@ -27,7 +27,8 @@ use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::problem::{Layout, Problem};
 
-/// The device copies of recurring tensor-map sets (three maps, 384 bytes each set), keyed by
+/// The device copies of recurring tensor-map sets (the forward's three maps, 384 bytes a set;
+/// the backward's two), keyed by
 /// the encoded bytes themselves: a map holds its tensor's address, shape and strides, so equal
 /// bytes mean an equal map, and a kept copy is never written again. A set is kept the second
 /// time it is seen (a first sighting is copied for its call alone, so that callers whose
@@ -134,18 +135,9 @@ impl Device {
             encode(dtype, io.k, problem.k(), config.block_n)?,
             encode(dtype, io.v, problem.v(), config.block_n)?,
         ];
-        let words: Vec<u32> =
-            maps.iter().flat_map(|m| m.opaque.iter().flat_map(|w| [*w as u32, (*w >> 32) as u32])).collect();
-        debug_assert_eq!(4 * words.len() as u64, 3 * TENSOR_MAP_BYTES);
-        // Device allocations are 256-byte aligned: each 128-byte map lands 64-byte aligned.
         // `_this_call` (a first sighting's copy) is freed in stream order after the kernel.
-        let (maps, _this_call) = match self.kept_tensor_maps(words)? {
-            Ok(kept) => (kept.device_address(), kept),
-            Err(words) => {
-                let buf = self.upload_u32(stream, &words)?;
-                (buf.device_address(), Arc::new(buf))
-            }
-        };
+        let _this_call = self.device_tensor_maps(stream, &maps)?;
+        let maps = _this_call.device_address();
         // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
         let slopes = self.upload_slopes(stream, problem)?;
         // Variable-length offsets (freed in stream order after the kernel).
@@ -168,6 +160,55 @@ impl Device {
         // the maps address; a kept maps copy is complete and never freed while the cache holds
         // it, a call's own copy is freed in stream order, after the kernel.
         unsafe { self.launch_plan(stream, plan, &params) }
+    }
+
+    /// The backward main kernel's tensor maps of Q and dO (`BwdParams::maps`: boxes of one
+    /// 64-column panel × [`BWD_BLOCK_M`] rows, as its `cp.async` copies lay the tiles out) on
+    /// the device, or `None` where the kernel copies its query tiles itself: a device that
+    /// loads the sm_80 PTX, no sm_90a main kernel in the plan, or a tensor TMA cannot describe
+    /// (an address or a stride not a multiple of 16 bytes). Held by the caller until its kernels
+    /// are queued (a first sighting's copy is then freed in stream order).
+    pub(crate) fn backward_tensor_maps(
+        &self,
+        stream: &Arc<CudaStream>,
+        dtype: DType,
+        plan: &Plan,
+        q: (u64, &Layout),
+        d_o: (u64, &Layout),
+    ) -> Result<Option<Arc<crate::buffer::DeviceBuffer<u32>>>> {
+        let main = plan.launches.iter().any(|l| {
+            l.kernel
+                .is_some_and(|k| matches!(k.info().family, Family::BwdMma(..)) && k.info().on(Target::Sm90a))
+        });
+        let takes = |(address, layout): (u64, &Layout)| {
+            address % TMA_STRIDE_ALIGN == 0 && tma_strides(layout, 2).is_some()
+        };
+        if self.target() != Target::Sm90a
+            || !main
+            || !matches!(dtype, DType::F16 | DType::BF16)
+            || !takes(q)
+            || !takes(d_o)
+        {
+            return Ok(None);
+        }
+        let maps = [encode(dtype, q.0, q.1, BWD_BLOCK_M)?, encode(dtype, d_o.0, d_o.1, BWD_BLOCK_M)?];
+        self.device_tensor_maps(stream, &maps).map(Some)
+    }
+
+    /// `maps` on the device, consecutive (128 bytes each, 64-byte aligned: device allocations
+    /// are 256-byte aligned): a kept copy ([`TensorMapCache`]) or one made for this call.
+    fn device_tensor_maps(
+        &self,
+        stream: &Arc<CudaStream>,
+        maps: &[sys::CUtensorMap],
+    ) -> Result<Arc<crate::buffer::DeviceBuffer<u32>>> {
+        let words: Vec<u32> =
+            maps.iter().flat_map(|m| m.opaque.iter().flat_map(|w| [*w as u32, (*w >> 32) as u32])).collect();
+        debug_assert_eq!(4 * words.len() as u64, maps.len() as u64 * TENSOR_MAP_BYTES);
+        Ok(match self.kept_tensor_maps(words)? {
+            Ok(kept) => kept,
+            Err(words) => Arc::new(self.upload_u32(stream, &words)?),
+        })
     }
 
     /// A kept copy of `words` (a map set), keeping it now if it was seen before (the caller

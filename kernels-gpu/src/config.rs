@@ -350,13 +350,15 @@ impl BwdConfig {
     /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit),
     /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
     /// bytes a row) and, with [`BwdConfig::dq_staged`], each warp's dQ staging rows (16 of
-    /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment slack
-    /// besides (the tiles `wgmma` reads start on 1024-byte boundaries).
+    /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) the two stages' TMA barriers
+    /// and 1024 bytes of alignment slack besides (the tiles `wgmma` reads start on 1024-byte
+    /// boundaries).
     pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
         wgmma_slack(wgmma)
             + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
+            + if wgmma { BWD_STAGE_BARRIER_BYTES } else { 0 }
             + if self.dq_staged(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
     }
 
@@ -433,6 +435,11 @@ pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> b
 /// twice beyond the two wavefronts 256 bytes need; 272-byte rows keep the bulk reduction's
 /// 16-byte source alignment.
 pub const BWD_DQ_STAGE_PITCH: u32 = 68;
+
+/// Bytes of the backward main kernel's TMA barriers on `wgmma` (sm_90a): one 8-byte `mbarrier`
+/// for each of the two stages of Q and dO, after the statistics (the dQ staging rows after
+/// them stay 16-byte aligned).
+pub const BWD_STAGE_BARRIER_BYTES: u32 = 16;
 
 /// The backward's alignment slack: 1024 bytes where its kernels run `wgmma` (sm_90a), none
 /// before.

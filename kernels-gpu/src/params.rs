@@ -219,6 +219,11 @@ pub struct BwdParams {
     pub o_lo: u64,
     /// O's (batch, seq, head) strides, elements (`attn.o_strides` are dO's).
     pub o_strides: [u64; 3],
+    /// sm_90a: the device address of two TMA tensor maps, Q at `maps` and dO at `maps + 128`
+    /// (as [`WgmmaParams::maps`], boxes of one 64-column panel × [`BWD_BLOCK_M`] rows), through
+    /// which the main kernel copies its query tiles; 0: by `cp.async` (the sm_80 PTX, and layouts
+    /// TMA cannot describe).
+    pub maps: u64,
 }
 
 /// Parameters of the Hopper forward kernel: the forward's struct, and the device address of

@@ -27,7 +27,11 @@
 //! for bit, which the numerics need). The Q, dO, K and V tiles are then laid out as `wgmma`'s
 //! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
 //! `cp.async` 16-byte copies and made visible to the async proxy by
-//! `fence.proxy.async.shared::cta` before the step's barrier. The accumulators per warp are
+//! `fence.proxy.async.shared::cta` before the step's barrier — except the main kernel's Q and
+//! dO tiles where the host passes their tensor maps (`BwdParams::maps`): those arrive by TMA,
+//! one thread issuing each step's boxes onto its stage's `mbarrier` ([`tma_step`]), so the
+//! warps spend no instructions on them (a variable-length sequence's last, partial tile is
+//! still copied by `cp.async`: TMA would bring the next sequence's rows). The accumulators per warp are
 //! `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
 //! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
 //! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
@@ -63,11 +67,13 @@ use super::arch::wgmma::{self, WgmmaElement};
 use super::score_mod::{self, HeadMod, MOD_ALIBI, MOD_NONE, MOD_SOFTCAP, mod_kind};
 use super::sequence::SeqView;
 use super::tile::{FragRows, HeadRows, load_tile_in, panel_swizzle, swizzle};
-#[cfg(target_feature = "sm_90a")]
-use crate::config::BWD_DQ_STAGE_PITCH;
 use crate::config::BwdConfig;
 use crate::config::PAD_CHUNKS;
+#[cfg(target_feature = "sm_90a")]
+use crate::config::{BWD_DQ_STAGE_PITCH, BWD_STAGE_BARRIER_BYTES};
 use crate::mask;
+#[cfg(target_feature = "sm_90a")]
+use crate::params::TENSOR_MAP_BYTES;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
 use crate::softmax::{GradRow, lse_offset, prob_from_offset};
 
@@ -749,6 +755,38 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
     }
 }
 
+/// The TMA barrier of Q/dO stage `s` in the main kernel's shared memory: after the two stages
+/// of statistics that start at `rows` ([`BwdConfig::shared_bytes`]).
+#[inline(always)]
+#[cfg(target_feature = "sm_90a")]
+fn stage_barrier(rows: u32, s: u32) -> u32 {
+    rows + 2 * 16 * BM as u32 + 8 * s
+}
+/// Issues one backward step's Q and dO tiles by TMA (one thread): `PD / 64` 64-column panels
+/// each, of `BM` rows from `(row, head, batch)` of the Q map at `maps` and the dO map at
+/// `maps + 128` (boxes of 64 columns × `BM` rows, 128-byte swizzled: the panels `load_tile_in`
+/// writes with `PANELS`), into the stage at `stage` (Q, then dO `2·BM·PD` bytes on), completing
+/// on `bar`, which is told to expect both tiles' bytes. Rows past the map's sequence dimension
+/// and columns past the head dim arrive as zeros.
+///
+/// # Safety
+/// `maps` the device address of two valid tensor maps; `stage` 1024-byte aligned with room for
+/// both tiles; `bar` an initialised barrier whose current phase expects no other bytes.
+#[inline(always)]
+#[cfg(target_feature = "sm_90a")]
+unsafe fn tma_step<const PD: usize>(maps: u64, bar: u32, stage: u32, [row, h, b]: [i32; 3]) {
+    let tile = (2 * BM * PD) as u32;
+    // SAFETY: the caller's contract.
+    unsafe {
+        tma::arrive_expect_tx(bar, 2 * tile);
+        for panel in 0..PD / 64 {
+            let (dst, col) = (stage + (128 * BM * panel) as u32, (64 * panel) as i32);
+            tma::load_4d(dst, maps, [col, row, h, b], bar);
+            tma::load_4d(dst + tile, maps + TENSOR_MAP_BYTES, [col, row, h, b], bar);
+        }
+    }
+}
+
 /// The main kernel: block `x`'s `BN` keys of K/V head `y`, sequence `z`. Const parameters:
 /// `D`/`PD` as [`bwd_prep`], `W` warps, `BN = 16·W` keys, `T = 32·W` threads; the warp grids
 /// of the three products ([`BwdConfig`]): scores `S`, `dP` split `(W / WN1)` queries ×
@@ -904,29 +942,53 @@ unsafe fn bwd_main<
     let step = |it: u32| (kv_h * group + it / per_head.max(1), first + it % per_head.max(1));
     let next =
         |(h, tile): (u32, u32)| if tile + 1 < first + per_head { (h, tile + 1) } else { (h + 1, first) };
-    // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`.
-    // (`at`: step `it`'s counters, with `staged`.)
-    let load_step = |it: u32, at: (u32, u32), s: u32| {
+    // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`: with
+    // `tma_part` only the TMA copies (if the step takes them), else all the rest. (`at`: step
+    // `it`'s counters, with `staged`.)
+    let load_step = |it: u32, at: (u32, u32), s: u32, tma_part: bool| {
         let (h, tile) = if staged { at } else { step(it) };
         let m0 = tile * BM as u32;
         let (_, _, stages, _, _, rows) = layout();
-        // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
-        unsafe {
-            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
-                q_tile(stages, s),
-                HeadRows::queries(p, &seq, h),
-                m0,
-            );
-            load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
-                q_tile(stages, s) + tile_bytes(BM),
-                HeadRows::outputs(p, &seq, h),
-                m0,
-            );
+        // On sm_90a with tensor maps (`BwdParams::maps`): Q and dO by TMA, issued by one thread
+        // onto the stage's barrier ([`tma_step`]), except a variable-length sequence's last,
+        // partial tile (its rows past the sequence would be the next sequence's: copied as
+        // without maps, the barrier completed by one arrival).
+        #[cfg(target_feature = "sm_90a")]
+        let by_tma = bp.maps != 0 && !(p.cu_seqlens_q != 0 && m0 + BM as u32 > seq.len_q);
+        #[cfg(not(target_feature = "sm_90a"))]
+        let by_tma = false;
+        if by_tma {
+            #[cfg(target_feature = "sm_90a")]
+            if tma_part && thread_x_opaque() == 0 {
+                let at = [(seq.q_start + m0 as u64) as i32, h as i32, seq.batch as i32];
+                // SAFETY: the maps are valid (host); each panel 1024-byte aligned inside the
+                // stage; the barrier's phase expects exactly the two tiles' bytes.
+                unsafe { tma_step::<PD>(bp.maps, stage_barrier(rows, s), q_tile(stages, s), at) };
+            }
+        } else if !tma_part {
+            // SAFETY: tiles inside the dynamic shared memory; sources validated by the host.
+            unsafe {
+                load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
+                    q_tile(stages, s),
+                    HeadRows::queries(p, &seq, h),
+                    m0,
+                );
+                load_tile_in::<BM, PD, T, PAD_CHUNKS, WGMMA>(
+                    q_tile(stages, s) + tile_bytes(BM),
+                    HeadRows::outputs(p, &seq, h),
+                    m0,
+                );
+            }
+            #[cfg(target_feature = "sm_90a")]
+            if bp.maps != 0 && thread_x_opaque() == 0 {
+                // SAFETY: the stage's barrier, initialised; its phase completes on this arrival.
+                unsafe { tma::arrive(stage_barrier(rows, s)) };
+            }
         }
         // The rows' statistics, 16 bytes each (zeros past the end: `1/Σ P = 0`, no
         // probabilities), in the same copy group.
         let tid = thread_x_opaque();
-        if tid < BM as u32 {
+        if !tma_part && tid < BM as u32 {
             let row = m0 + tid;
             let inside = row < seq.len_q;
             let src = if inside { stat_addr(bp, seq.lse_index(p, h, row)) } else { bp.stats };
@@ -938,7 +1000,25 @@ unsafe fn bwd_main<
         }
     };
 
-    let (k_tile, v_tile, _, _, _, _) = layout();
+    let (k_tile, v_tile, _, _, _, _rows) = layout();
+    // The stages' barriers (TMA copies of Q and dO), after the statistics: initialised and
+    // visible to every thread before the first copy.
+    #[cfg(target_feature = "sm_90a")]
+    if bp.maps != 0 {
+        if tid == 0 {
+            let bar = stage_barrier(_rows, 0);
+            // SAFETY: 16 bytes of the dynamic shared memory reserved for them (host sizing),
+            // 8-byte aligned; the maps are valid device addresses (host).
+            unsafe {
+                tma::init(bar, 1);
+                tma::init(bar + 8, 1);
+                tma::prefetch_map(bp.maps);
+                tma::prefetch_map(bp.maps + TENSOR_MAP_BYTES);
+            }
+            tma::fence_init();
+        }
+        sync_threads();
+    }
     // SAFETY: as above.
     unsafe {
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
@@ -946,7 +1026,8 @@ unsafe fn bwd_main<
     }
     let mut at = (kv_h * group, first);
     if steps > 0 {
-        load_step(0, at, 0);
+        load_step(0, at, 0, true);
+        load_step(0, at, 0, false);
     }
     cp_async::commit();
 
@@ -965,6 +1046,14 @@ unsafe fn bwd_main<
         let (h, tile) = if staged { at } else { step(it) };
         let m0 = tile * BM as u32;
         cp_async::wait::<0>();
+        // The stage's TMA copies (or the one arrival of a step copied by `cp.async`): the `it /
+        // 2`-th phase of its barrier.
+        #[cfg(target_feature = "sm_90a")]
+        if bp.maps != 0 {
+            let (_, _, _, _, _, rows) = layout();
+            // SAFETY: the barrier initialised above; one phase per use of the stage.
+            unsafe { tma::wait(stage_barrier(rows, s), (it / 2) % 2) };
+        }
         if WGMMA {
             // The copies visible to `wgmma` too (read through the async proxy).
             wgmma::fence_proxy_async_shared();
@@ -974,17 +1063,22 @@ unsafe fn bwd_main<
         // The next step's copies into the other stage: on `wgmma` issued under this step's S
         // and dP products (with their address arithmetic about a fifth of a step's
         // instructions, NOTES.md), before them on `mma.sync`.
+        // (TMA copies are issued first, by one thread: a few instructions, while fewer
+        // registers are live than under the products.)
+        if it + 1 < steps {
+            load_step(it + 1, if staged { next(at) } else { at }, 1 - s, true);
+        }
         #[cfg(target_feature = "sm_90a")]
         let prefetch = || {
             if it + 1 < steps {
-                load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
+                load_step(it + 1, if staged { next(at) } else { at }, 1 - s, false);
             }
             cp_async::commit();
         };
         #[cfg(not(target_feature = "sm_90a"))]
         {
             if it + 1 < steps {
-                load_step(it + 1, if staged { next(at) } else { at }, 1 - s);
+                load_step(it + 1, if staged { next(at) } else { at }, 1 - s, false);
             }
             cp_async::commit();
         }
@@ -1254,7 +1348,8 @@ unsafe fn bwd_main<
                 let d = p.head_dim;
                 let tiles_inside = d.saturating_sub(c0) / 8;
                 let (_, _, _, _, _, rows) = layout();
-                let stage = rows + 2 * 16 * BM as u32 + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
+                let stage =
+                    stage_barrier(rows, 0) + BWD_STAGE_BARRIER_BYTES + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
                 let row = m0 + 16 * qs + lane_o;
                 let dst = (lane_o < 16 && row < seq.len_q)
                     .then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + c0 as u64));
