@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, sys};
-use flashattn_kernels::config::{WGMMA_CONFIGS, WGMMA_PANEL};
+use flashattn_kernels::config::{BWD_CONFIGS, WGMMA_CONFIGS, WGMMA_PANEL};
 use flashattn_kernels::params::{BWD_BLOCK_M, TENSOR_MAP_BYTES, WgmmaParams};
 use flashattn_kernels::registry::{Family, Target};
 
@@ -165,7 +165,8 @@ impl Device {
     /// The backward main kernel's tensor maps of Q and dO (`BwdParams::maps`: boxes of one
     /// 64-column panel × [`BWD_BLOCK_M`] rows, as its `cp.async` copies lay the tiles out) on
     /// the device, or `None` where the kernel copies its query tiles itself: a device that
-    /// loads the sm_80 PTX, no sm_90a main kernel in the plan, or a tensor TMA cannot describe
+    /// loads the sm_80 PTX, a main kernel that does not take them
+    /// (`BwdConfig::tma_query_tiles`), or a tensor TMA cannot describe
     /// (an address or a stride not a multiple of 16 bytes). Held by the caller until its kernels
     /// are queued (a first sighting's copy is then freed in stream order).
     pub(crate) fn backward_tensor_maps(
@@ -177,8 +178,10 @@ impl Device {
         d_o: (u64, &Layout),
     ) -> Result<Option<Arc<crate::buffer::DeviceBuffer<u32>>>> {
         let main = plan.launches.iter().any(|l| {
-            l.kernel
-                .is_some_and(|k| matches!(k.info().family, Family::BwdMma(..)) && k.info().on(Target::Sm90a))
+            l.kernel.is_some_and(|k| match k.info().family {
+                Family::BwdMma(_, i) => BWD_CONFIGS[i].tma_query_tiles(true) && k.info().on(Target::Sm90a),
+                _ => false,
+            })
         });
         let takes = |(address, layout): (u64, &Layout)| {
             address % TMA_STRIDE_ALIGN == 0 && tma_strides(layout, 2).is_some()

@@ -274,6 +274,14 @@ impl BwdConfig {
         if self.head_dim > 128 { 2 } else { 1 }
     }
 
+    /// Whether the main kernel takes its Q and dO tiles by TMA on `wgmma` (sm_90a), from the
+    /// tensor maps the host passes (`BwdParams::maps`): in the column-group instances (d = 256),
+    /// where it measured −1.0 to −3.3% time (NOTES b31); at d = 64 and 128 it measured −1.3 to
+    /// +2.3%, so they keep `cp.async` and their code is compiled without it.
+    pub const fn tma_query_tiles(&self, wgmma: bool) -> bool {
+        wgmma && self.col_groups() > 1
+    }
+
     /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].
     pub const fn block_n(&self) -> u32 {
         16 * self.warps / self.col_groups()
@@ -350,15 +358,15 @@ impl BwdConfig {
     /// tiles ([`BWD_BLOCK_M`] rows), the P and dS tiles (`BWD_BLOCK_M × block_n`, 16-bit),
     /// two stages of the query rows' statistics (log-sum-exp, `1/Σ P`, pivot, `D − pivot`: 16
     /// bytes a row) and, with [`BwdConfig::dq_staged`], each warp's dQ staging rows (16 of
-    /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) the two stages' TMA barriers
-    /// and 1024 bytes of alignment slack besides (the tiles `wgmma` reads start on 1024-byte
-    /// boundaries).
+    /// [`BWD_DQ_STAGE_PITCH`] f32); with `wgmma` (the sm_90a PTX) 1024 bytes of alignment
+    /// slack besides (the tiles `wgmma` reads start on 1024-byte boundaries) and, with
+    /// [`BwdConfig::tma_query_tiles`], the two stages' TMA barriers.
     pub const fn shared_bytes(&self, wgmma: bool) -> u32 {
         wgmma_slack(wgmma)
             + 2 * self.pitch() * (2 * self.block_n() + 4 * BWD_BLOCK_M)
             + 2 * 2 * self.block_n() * BWD_BLOCK_M
             + 2 * 16 * BWD_BLOCK_M
-            + if wgmma { BWD_STAGE_BARRIER_BYTES } else { 0 }
+            + if self.tma_query_tiles(wgmma) { BWD_STAGE_BARRIER_BYTES } else { 0 }
             + if self.dq_staged(wgmma) { self.warps * 16 * 4 * BWD_DQ_STAGE_PITCH } else { 0 }
     }
 
@@ -436,9 +444,8 @@ pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> b
 /// 16-byte source alignment.
 pub const BWD_DQ_STAGE_PITCH: u32 = 68;
 
-/// Bytes of the backward main kernel's TMA barriers on `wgmma` (sm_90a): one 8-byte `mbarrier`
-/// for each of the two stages of Q and dO, after the statistics (the dQ staging rows after
-/// them stay 16-byte aligned).
+/// Bytes of the backward main kernel's TMA barriers ([`BwdConfig::tma_query_tiles`]): one
+/// 8-byte `mbarrier` for each of the two stages of Q and dO, after the statistics.
 pub const BWD_STAGE_BARRIER_BYTES: u32 = 16;
 
 /// The backward's alignment slack: 1024 bytes where its kernels run `wgmma` (sm_90a), none

@@ -27,7 +27,8 @@
 //! for bit, which the numerics need). The Q, dO, K and V tiles are then laid out as `wgmma`'s
 //! 128-byte swizzled panels (64 columns each; [`super::tile::panel_swizzle`]), filled by
 //! `cp.async` 16-byte copies and made visible to the async proxy by
-//! `fence.proxy.async.shared::cta` before the step's barrier — except the main kernel's Q and
+//! `fence.proxy.async.shared::cta` before the step's barrier — except, in the d = 256
+//! instances (`BwdConfig::tma_query_tiles`, where it measured faster), the main kernel's Q and
 //! dO tiles where the host passes their tensor maps (`BwdParams::maps`): those arrive by TMA,
 //! one thread issuing each step's boxes onto its stage's `mbarrier` ([`tma_step`]), so the
 //! warps spend no instructions on them (a variable-length sequence's last, partial tile is
@@ -826,6 +827,7 @@ unsafe fn bwd_main<
     const NT4: usize,
     const WIN: bool,
     const CG: usize,
+    const TMA: bool,
 >(
     bp: &BwdParams,
 ) {
@@ -939,9 +941,25 @@ unsafe fn bwd_main<
     // Step `it`'s (head, query tile), and step `it + 1`'s from step `it`'s: with `staged`,
     // counters carried through the loop (no division a step); elsewhere the division, as
     // measured (with the counters' two registers the d = 128 window instance spilled 8 bytes).
-    let step = |it: u32| (kv_h * group + it / per_head.max(1), first + it % per_head.max(1));
-    let next =
-        |(h, tile): (u32, u32)| if tile + 1 < first + per_head { (h, tile + 1) } else { (h + 1, first) };
+    //
+    // Each head's walk starts at its tile `first + rot` and wraps around. Without a causal mask
+    // or a window every key block of a head walks the same query tiles, and the blocks resident
+    // together are those of one or a few heads: from the same start they would add their dQ
+    // shares to the same tile at the same time. So block x starts x tiles on (outside
+    // deterministic mode, whose turns need every block in key order on each tile; the window
+    // instances' walks start at their own diagonal anyway; the column-group instances have no
+    // register for it: with it d = 256's spilled 8 bytes).
+    let rotates = !WIN && CG == 1;
+    let rot = if rotates && !causal && bp.locks == 0 { block_x() % per_head.max(1) } else { 0 };
+    let step = |it: u32| {
+        let t = it % per_head.max(1) + rot;
+        let t = if rotates && t >= per_head { t - per_head } else { t };
+        (kv_h * group + it / per_head.max(1), first + t)
+    };
+    let next = |(h, tile): (u32, u32)| {
+        let t = if tile + 1 < first + per_head { tile + 1 } else { first };
+        (if t == first + rot { h + 1 } else { h }, t)
+    };
     // Issues the Q, dO and row-statistics copies of `(head, query tile)` into stage `s`: with
     // `tma_part` only the TMA copies (if the step takes them), else all the rest. (`at`: step
     // `it`'s counters, with `staged`.)
@@ -954,7 +972,7 @@ unsafe fn bwd_main<
         // partial tile (its rows past the sequence would be the next sequence's: copied as
         // without maps, the barrier completed by one arrival).
         #[cfg(target_feature = "sm_90a")]
-        let by_tma = bp.maps != 0 && !(p.cu_seqlens_q != 0 && m0 + BM as u32 > seq.len_q);
+        let by_tma = TMA && bp.maps != 0 && !(p.cu_seqlens_q != 0 && m0 + BM as u32 > seq.len_q);
         #[cfg(not(target_feature = "sm_90a"))]
         let by_tma = false;
         if by_tma {
@@ -980,7 +998,7 @@ unsafe fn bwd_main<
                 );
             }
             #[cfg(target_feature = "sm_90a")]
-            if bp.maps != 0 && thread_x_opaque() == 0 {
+            if TMA && bp.maps != 0 && thread_x_opaque() == 0 {
                 // SAFETY: the stage's barrier, initialised; its phase completes on this arrival.
                 unsafe { tma::arrive(stage_barrier(rows, s)) };
             }
@@ -1004,7 +1022,7 @@ unsafe fn bwd_main<
     // The stages' barriers (TMA copies of Q and dO), after the statistics: initialised and
     // visible to every thread before the first copy.
     #[cfg(target_feature = "sm_90a")]
-    if bp.maps != 0 {
+    if TMA && bp.maps != 0 {
         if tid == 0 {
             let bar = stage_barrier(_rows, 0);
             // SAFETY: 16 bytes of the dynamic shared memory reserved for them (host sizing),
@@ -1024,7 +1042,7 @@ unsafe fn bwd_main<
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
-    let mut at = (kv_h * group, first);
+    let mut at = (kv_h * group, first + rot);
     if steps > 0 {
         load_step(0, at, 0, true);
         load_step(0, at, 0, false);
@@ -1049,7 +1067,7 @@ unsafe fn bwd_main<
         // The stage's TMA copies (or the one arrival of a step copied by `cp.async`): the `it /
         // 2`-th phase of its barrier.
         #[cfg(target_feature = "sm_90a")]
-        if bp.maps != 0 {
+        if TMA && bp.maps != 0 {
             let (_, _, _, _, _, rows) = layout();
             // SAFETY: the barrier initialised above; one phase per use of the stage.
             unsafe { tma::wait(stage_barrier(rows, s), (it / 2) % 2) };
@@ -1348,8 +1366,9 @@ unsafe fn bwd_main<
                 let d = p.head_dim;
                 let tiles_inside = d.saturating_sub(c0) / 8;
                 let (_, _, _, _, _, rows) = layout();
-                let stage =
-                    stage_barrier(rows, 0) + BWD_STAGE_BARRIER_BYTES + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
+                let stage = stage_barrier(rows, 0)
+                    + if TMA { BWD_STAGE_BARRIER_BYTES } else { 0 }
+                    + warp_o * (16 * 4 * BWD_DQ_STAGE_PITCH);
                 let row = m0 + 16 * qs + lane_o;
                 let dst = (lane_o < 16 && row < seq.len_q)
                     .then(|| bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + c0 as u64));
@@ -1698,6 +1717,7 @@ macro_rules! bwd_entries {
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
                         { C.window == 1 },
                         { C.col_groups() as usize },
+                        { C.tma_query_tiles(WGMMA) },
                     >(&p)
                 }
             }
