@@ -430,12 +430,12 @@ pub const fn dq_panels(head_dim: u32, warps: u32) -> u32 {
     if p > 1 { p } else { 1 }
 }
 
-/// [`BwdConfig::dq_staged`]: the plain (`window` 0) instances with dQ on `wgmma` in one panel a
-/// warpgroup (d = 128 on two warpgroups, where it cut the backward's time 3–5%, session 14,
-/// `NOTES.md` b21; d = 64 on one, b33). Not the window instances (+2–4%), which add with the
-/// lanes' `red`s.
+/// [`BwdConfig::dq_staged`]: the plain (`window` 0) instances with dQ on `wgmma` over two
+/// warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md` b21).
+/// Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
+/// instances (+2–4%), which add with the lanes' `red`s.
 pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
-    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && window == 0
+    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && warps == 8 && window == 0
 }
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows

@@ -44,7 +44,7 @@
 //! so that each holds d = 128's dV/dK accumulators (`BwdConfig::col_groups`): both compute the
 //! same S and dP over all 256 columns (the product the preprocessing kernel computes, bit for
 //! bit), each stores half of P and dS, and each computes its two 64-column panels of dQ, one
-//! `wgmma` group after the other. In the plain d = 128 and d = 64 instances the warps
+//! `wgmma` group after the other. In d = 128's plain instance the warps
 //! add their dQ share through shared-memory staging rows with bulk reductions
 //! ([`stage_dq_rows`]); elsewhere, and in deterministic mode, with `red.global.add`.
 //!
@@ -803,8 +803,8 @@ unsafe fn tma_step<const PD: usize>(maps: u64, bar: u32, stage: u32, [row, h, b]
 ///    accumulated in registers across all steps (sm_90a, d = 64/128: `wgmma` accumulators of
 ///    the warpgroup's 64 keys);
 /// 3. `dQ += dS·K`, added to the f32 accumulator with `red.global.add` (sm_90a, one warpgroup
-///    per 64 columns — d = 128 on 8 warps, d = 64 on 4: on `wgmma`, issued before 2.; in those
-///    plain instances, outside deterministic mode, by bulk reductions, `dq_staged`).
+///    per 64 columns — d = 128 on 8 warps, d = 64 on 4: on `wgmma`, issued before 2.; in d =
+///    128's plain instance, outside deterministic mode, by bulk reductions, `dq_staged`).
 ///
 /// # Safety
 /// As [`bwd_prep`], with the statistics written by it; launch with `T` threads and
@@ -907,8 +907,8 @@ unsafe fn bwd_main<
     // Column groups split the P and dS stores: each stores its share of the keys.
     let split_store: bool = const { WGMMA && CG > 1 };
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
-    // query steps by counters instead of a division a step: where that measured faster (the
-    // plain d = 128 and d = 64 instances, `dq_staged`).
+    // query steps by counters instead of a division a step: where that measured faster (d =
+    // 128's plain instance, `dq_staged`).
     let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, WIN as u32);
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
