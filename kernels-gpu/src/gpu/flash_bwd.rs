@@ -32,8 +32,8 @@
 //! dO tiles where the host passes their tensor maps (`BwdParams::maps`): those arrive by TMA,
 //! one thread issuing each step's boxes onto its stage's `mbarrier` ([`tma_step`]), so the
 //! warps spend no instructions on them (a variable-length sequence's last, partial tile is
-//! still copied by `cp.async`: TMA would bring the next sequence's rows). The accumulators per warp are
-//! `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
+//! still copied by `cp.async`: TMA would bring the next sequence's rows). The accumulators per
+//! warp are `mma.sync`'s m16n8 fragments, so P and dS are computed as before. At d = 64 and 128 the
 //! main kernel's `dV += Pᵀ·dO` and `dK += dSᵀ·Q` run on `wgmma` too (FlashAttention-3's
 //! backward): each warpgroup owns its 64 keys × D of dV and dK as `wgmma` accumulators, P and
 //! dS are stored as 64-key panels and read MN-major (`.trans` A), dO and Q MN-major B; at
@@ -763,6 +763,7 @@ unsafe fn tile_product<E: MmaElement, const D: usize, const MT: usize, const NT:
 fn stage_barrier(rows: u32, s: u32) -> u32 {
     rows + 2 * 16 * BM as u32 + 8 * s
 }
+
 /// Issues one backward step's Q and dO tiles by TMA (one thread): `PD / 64` 64-column panels
 /// each, of `BM` rows from `(row, head, batch)` of the Q map at `maps` and the dO map at
 /// `maps + 128` (boxes of 64 columns × `BM` rows, 128-byte swizzled: the panels `load_tile_in`
