@@ -1423,6 +1423,14 @@ fn backward_plan(
             config.head_dim / config.col_groups()
         ));
     }
+    if config.tma_query_tiles(true) {
+        // (The strides the backward accepts, 16-byte multiples, are strides TMA takes.)
+        why.push(
+            "Q and dO tiles by TMA (tensor maps; a variable-length sequence's last, partial tile, or a \
+             tensor whose address is not 16-byte aligned, by cp.async)"
+                .into(),
+        );
+    }
     if let Some((_, what)) = masked {
         why.push(format!("masked instance: {what}"));
     }
