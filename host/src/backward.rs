@@ -6,7 +6,7 @@ use cudarc::driver::CudaStream;
 use flashattn_kernels::params::BwdParams;
 
 use crate::attention::{DeviceTensor, DeviceTensorMut, Io, attn_params, strides};
-use crate::buffer::{DType, DeviceBuffer, Element};
+use crate::buffer::{DeviceBuffer, Element};
 use crate::device::Device;
 use crate::error::{InvalidInput, Result};
 use crate::plan::Plan;
@@ -115,7 +115,6 @@ impl Device {
             None => crate::plan::plan_backward(self.props(), T::DTYPE, &problem, opts, layouts)?,
         };
         let io = BwdIo {
-            dtype: T::DTYPE,
             q: q.buf.device_address(),
             k: k.buf.device_address(),
             v: v.buf.device_address(),
@@ -143,7 +142,6 @@ pub(crate) struct BwdResiduals {
 /// [`Problem`] (dO and the gradients).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BwdIo {
-    pub dtype: DType,
     pub q: u64,
     pub k: u64,
     pub v: u64,
@@ -192,8 +190,7 @@ impl Device {
         })?;
         let q_tiles = problem.max_lens().0.div_ceil(flashattn_kernels::params::BWD_BLOCK_M as usize) as u32;
         // The main kernel's Q and dO tensor maps (sm_90a), freed in stream order after it.
-        let maps =
-            self.backward_tensor_maps(stream, io.dtype, plan, (io.q, problem.q()), (io.d_o.0, &io.d_o.1))?;
+        let maps = self.backward_tensor_maps(stream, plan, (io.q, problem.q()), (io.d_o.0, &io.d_o.1))?;
         let params = BwdParams {
             attn,
             dq: io.dq.0,

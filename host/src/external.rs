@@ -529,7 +529,6 @@ impl Device {
         let stream = unsafe { self.external_stream(stream, &extents) }?;
         let t = tensors;
         let io = BwdIo {
-            dtype,
             q: t.q.address,
             k: t.k.address,
             v: t.v.address,

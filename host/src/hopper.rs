@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, sys};
 use flashattn_kernels::config::{BWD_CONFIGS, WGMMA_CONFIGS, WGMMA_PANEL};
 use flashattn_kernels::params::{BWD_BLOCK_M, TENSOR_MAP_BYTES, WgmmaParams};
-use flashattn_kernels::registry::{Family, Target};
+use flashattn_kernels::registry::{Elem, Family, Target};
 
 use crate::attention::{Io, attn_params};
 use crate::buffer::DType;
@@ -135,9 +135,9 @@ impl Device {
             encode(dtype, io.k, problem.k(), config.block_n)?,
             encode(dtype, io.v, problem.v(), config.block_n)?,
         ];
-        // `_this_call` (a first sighting's copy) is freed in stream order after the kernel.
-        let _this_call = self.device_tensor_maps(stream, &maps)?;
-        let maps = _this_call.device_address();
+        // (A first sighting's copy is freed in stream order after the kernel.)
+        let maps_copy = self.device_tensor_maps(stream, &maps)?;
+        let maps = maps_copy.device_address();
         // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
         let slopes = self.upload_slopes(stream, problem)?;
         // Variable-length offsets (freed in stream order after the kernel).
@@ -172,28 +172,30 @@ impl Device {
     pub(crate) fn backward_tensor_maps(
         &self,
         stream: &Arc<CudaStream>,
-        dtype: DType,
         plan: &Plan,
         q: (u64, &Layout),
         d_o: (u64, &Layout),
     ) -> Result<Option<Arc<crate::buffer::DeviceBuffer<u32>>>> {
-        let main = plan.launches.iter().any(|l| {
-            l.kernel.is_some_and(|k| match k.info().family {
-                Family::BwdMma(_, i) => BWD_CONFIGS[i].tma_query_tiles(true) && k.info().on(Target::Sm90a),
-                _ => false,
-            })
+        // The element type of the plan's main kernel, where that kernel takes the maps.
+        let dtype = plan.launches.iter().find_map(|l| {
+            let info = l.kernel?.info();
+            match info.family {
+                Family::BwdMma(elem, i) if BWD_CONFIGS[i].tma_query_tiles(true) && info.on(Target::Sm90a) => {
+                    match elem {
+                        Elem::F16 => Some(DType::F16),
+                        Elem::Bf16 => Some(DType::BF16),
+                        Elem::F32 => None,
+                    }
+                }
+                _ => None,
+            }
         });
         let takes = |(address, layout): (u64, &Layout)| {
             address % TMA_STRIDE_ALIGN == 0 && tma_strides(layout, 2).is_some()
         };
-        if self.target() != Target::Sm90a
-            || !main
-            || !matches!(dtype, DType::F16 | DType::BF16)
-            || !takes(q)
-            || !takes(d_o)
-        {
+        let Some(dtype) = dtype.filter(|_| self.target() == Target::Sm90a && takes(q) && takes(d_o)) else {
             return Ok(None);
-        }
+        };
         let maps = [encode(dtype, q.0, q.1, BWD_BLOCK_M)?, encode(dtype, d_o.0, d_o.1, BWD_BLOCK_M)?];
         self.device_tensor_maps(stream, &maps).map(Some)
     }
