@@ -642,6 +642,14 @@ struct RowCtx {
     scale_log2: f32,
 }
 
+impl RowCtx {
+    /// Whether the row sees every key of `first..first + keys`.
+    #[inline(always)]
+    fn sees(&self, first: u32, keys: u32) -> bool {
+        (self.begin <= first) & (first + keys <= self.limit)
+    }
+}
+
 /// Score modifiers of kind `M` on one row's `NT` 8-key tiles of the lane (elements `2·half`,
 /// `2·half + 1`), in place: each raw score becomes its logit; with a softcap, each `dP` becomes
 /// `((dP − pivot) − (D − pivot))·∂logit/∂s` and the row's pivot terms 0, so that
@@ -1191,7 +1199,9 @@ unsafe fn bwd_main<
                         // Column groups: each warpgroup computes and stores P and dS of its half of
                         // the keys (tiles 4·group…; both hold all 8 tiles of S and dP).
                         const { assert!(!WGMMA || CG == 1 || (CG == 2 && NT1 == 8)) };
-                        let whole = !WIN && shuffle::all(n0 + k0 + 8 * NT1 as u32 <= row.limit);
+                        // (Not with a window: the d = 256 window instance spilled with both
+                        // variants.)
+                        let whole = !WIN && shuffle::all(row.sees(n0 + k0, 8 * NT1 as u32));
                         let upper = warp_o / 4 / key_groups != 0;
                         let (s8, d8) = (sc[mt].as_mut_ptr(), dp[mt].as_mut_ptr());
                         if upper {
@@ -1223,9 +1233,10 @@ unsafe fn bwd_main<
                         MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
                         _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
                     }
-                    // Rows that see all of the warp's keys (no window, before the row's last
-                    // key: all but the diagonal and last key blocks) skip the per-key mask.
-                    let whole = !WIN && shuffle::all(n0 + k0 + 8 * NT1 as u32 <= row.limit);
+                    // Rows that see all of the warp's keys (all but the key blocks on the
+                    // diagonal, at the end of the keys or at a window's edges) skip the per-key
+                    // mask.
+                    let whole = shuffle::all(row.sees(n0 + k0, 8 * NT1 as u32));
                     if whole {
                         probs_and_ds::<false, NT1>(&row, scm, dpm, half, store);
                     } else {
