@@ -1,5 +1,6 @@
-//! The Hopper forward path (`Method::FlashHopper`): the TMA tensor maps of Q, K and V, and the
-//! launch of the `wgmma` kernel (`kernels-gpu/src/gpu/flash_wgmma.rs`).
+//! The Hopper forward path (`Method::FlashHopper`): the TMA tensor maps of Q, K and V (and of O,
+//! for the output's stores), and the launch of the `wgmma` kernel
+//! (`kernels-gpu/src/gpu/flash_wgmma.rs`).
 //!
 //! Each map describes its tensor as 4-D `(head_dim, seqlen, heads, batch)`, innermost first,
 //! with the layout's strides, and a box of one 64-column panel (128 bytes) × the kernel's tile
@@ -16,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, sys};
-use flashattn_kernels::config::{BWD_CONFIGS, WGMMA_CONFIGS, WGMMA_PANEL};
+use flashattn_kernels::config::{BWD_CONFIGS, WGMMA_CONFIGS, WGMMA_PANEL, WGMMA_ROWS};
 use flashattn_kernels::params::{BWD_BLOCK_M, TENSOR_MAP_BYTES, WgmmaParams};
 use flashattn_kernels::registry::{Elem, Family, Target};
 
@@ -130,11 +131,20 @@ impl Device {
             _ => return Ok(()),
         };
         let config = WGMMA_CONFIGS[index];
-        let maps = [
+        let mut maps = vec![
             encode(dtype, io.q, problem.q(), config.block_m)?,
             encode(dtype, io.k, problem.k(), config.block_n)?,
             encode(dtype, io.v, problem.v(), config.block_n)?,
         ];
+        // O's map, for the kernel's TMA stores of its output tiles (`WgmmaParams::o_map`): an
+        // instance that takes it (`WgmmaConfig::o_by_tma`) writing O itself in a fixed-length
+        // batch (a variable-length sequence's last tile would be stored over the next sequence's
+        // first rows), at an address TMA takes (the planner checked the strides).
+        let o_by_tma =
+            config.o_by_tma() && io.partial.is_none() && problem.varlen().is_none() && io.o % 16 == 0;
+        if o_by_tma {
+            maps.push(encode(dtype, io.o, problem.o(), WGMMA_ROWS)?);
+        }
         // (A first sighting's copy is freed in stream order after the kernel.)
         let maps_copy = self.device_tensor_maps(stream, &maps)?;
         let maps = maps_copy.device_address();
@@ -155,6 +165,7 @@ impl Device {
             final_rows: io.partial.map_or(0, |p| p.final_rows),
             o_lo: io.residuals.map_or(0, |r| r.0),
             residual_rows: io.residuals.map_or(0, |r| r.1),
+            o_map: if o_by_tma { maps + 3 * TENSOR_MAP_BYTES } else { 0 },
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

@@ -623,6 +623,14 @@ impl WgmmaConfig {
         self.block_m / WGMMA_ROWS
     }
 
+    /// Whether the instance stores its output tiles by TMA from shared memory (given O's tensor
+    /// map, `WgmmaParams::o_map`): the inference instances, except d = 128's masked instance
+    /// with the overlap, which spilled 8 bytes with that epilogue beside the other (the training
+    /// instances also write O's residual, from registers).
+    pub const fn o_by_tma(&self) -> bool {
+        self.train == 0 && !(self.window == 1 && self.head_dim == 128)
+    }
+
     /// Threads per block: the consumer warpgroups, then one producer warpgroup (one of its
     /// threads issues the TMA loads; the warpgroup gives its registers to the consumers with
     /// `setmaxnreg`, which works per warpgroup).

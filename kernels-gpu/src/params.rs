@@ -227,7 +227,8 @@ pub struct BwdParams {
 }
 
 /// Parameters of the Hopper forward kernel: the forward's struct, and the device address of
-/// its three TMA tensor maps (Q, K, V: 128 bytes each, consecutive, 64-byte aligned), which
+/// its TMA tensor maps (Q, K, V and, where it stores O by TMA, O: 128 bytes each, consecutive,
+/// 64-byte aligned), which
 /// describe each tensor as 4-D `(head_dim, seqlen, heads, batch)` with the struct's strides and
 /// a box of one 64-column panel × the kernel's rows, 128-byte swizzled.
 #[repr(C)]
@@ -257,6 +258,11 @@ pub struct WgmmaParams {
     /// offset NaN where `|max·scale_log2| ≥` [`crate::softmax::FUSED_LIMIT`] (the backward then
     /// recomputes the row from its keys). 0 elsewhere.
     pub residual_rows: u64,
+    /// The device address of a TMA tensor map of O (as Q's, with boxes of one 64-column panel ×
+    /// 64 rows: one consumer warpgroup's), through which an inference instance stores its output
+    /// tiles from shared memory; 0: each thread stores its elements from registers (training
+    /// instances, context-parallel steps, variable-length batches, addresses TMA cannot take).
+    pub o_map: u64,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

@@ -201,6 +201,7 @@ unsafe fn flash_fwd_wgmma<
     const WIN: bool,
     const SEQ: bool,
     const TRAIN: bool,
+    const OTMA: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -630,7 +631,61 @@ unsafe fn flash_fwd_wgmma<
         named_sync::<256>(my_turn);
     }
 
-    // Normalise and store: each quad of lanes writes 8 consecutive columns of a row.
+    // Normalise and store: each quad of lanes writes 8 consecutive columns of a row — to O from
+    // registers, or, with `o_map` (`WgmmaConfig::o_by_tma`, outside context-parallel steps),
+    // into the warpgroup's 64 rows of the Q tile (its last `Q·Kᵀ` has completed), 128-byte
+    // swizzled as the map's boxes, from where one thread stores them with TMA (a box a panel). Each
+    // thread's stores then cost shared-memory bandwidth only (conflict-free: the 32 lanes of a
+    // store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores stalled the
+    // warp on their registers and the block's exit on their drain (session 18, ncu: at N = 1024
+    // a sixth of the kernel's samples).
+    if OTMA && p.o_map != 0 && a.partial_o == 0 {
+        for half in 0..2 {
+            let mut st = state[half];
+            st.sum = shuffle::sum4(st.sum);
+            let res = st.finish(a.scale_log2);
+            // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
+            let r = warp_in_wg * 16 + g + 8 * half as u32;
+            for (panel, op) in o.iter().enumerate() {
+                for dt in 0..8 {
+                    let x = [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
+                    // Row r of the panel; its 16-byte chunk dt swizzled by r mod 8 = g.
+                    let at = q_tile + panel as u32 * q_panel_bytes + 128 * r + 16 * (dt as u32 ^ g) + 4 * t4;
+                    // SAFETY: inside the warpgroup's rows of the Q tile, which no product
+                    // reads any more; 4-byte aligned.
+                    unsafe { shared::store_u32(at, E::pack(x[0], x[1])) };
+                }
+            }
+            let row = m0 + wg * 64 + r;
+            if row < seq.len_q && t4 == 0 && a.lse != 0 {
+                let idx = seq.lse_index(a, h, row);
+                // SAFETY: inside the log-sum-exp output (host sizing).
+                unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
+            }
+        }
+        // The rows visible to the async proxy, then the warpgroup's (named barrier 3 + wg: 1
+        // and 2 are the ping-pong's turns).
+        wgmma::fence_proxy_async_shared();
+        named_sync::<128>(3 + wg);
+        if leader {
+            let at = [(seq.q_start + (m0 + 64 * wg) as u64) as i32, h as i32, seq.batch as i32];
+            // SAFETY: the map is valid (host: O's layout, boxes of 64 columns × 64 rows); each
+            // panel's rows are 1024-byte aligned, written and fenced above; the block's shared
+            // memory stays until the wait below has seen the copies read it.
+            unsafe {
+                for panel in 0..DP as u32 {
+                    tma::store_4d(
+                        q_tile + panel * q_panel_bytes,
+                        p.o_map,
+                        [(64 * panel) as i32, at[0], at[1], at[2]],
+                    );
+                }
+            }
+            tma::bulk_commit();
+            tma::bulk_wait_read::<0>();
+        }
+        return;
+    }
     let d = a.head_dim;
     for half in 0..2 {
         let mut st = state[half];
@@ -772,6 +827,7 @@ macro_rules! wgmma_entries {
                         { C.window != 0 },
                         { C.window == 2 },
                         { C.train != 0 },
+                        { C.o_by_tma() },
                     >(&p)
                 }
             }

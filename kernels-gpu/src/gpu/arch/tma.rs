@@ -107,6 +107,29 @@ pub unsafe fn load_4d(dst: u32, map: u64, c: [i32; 4], bar: u32) {
     };
 }
 
+/// A 4-D TMA tile store: shared memory at `src`, laid out as the map's box (and swizzle), into
+/// the box of `map` at coordinates `(c0, c1, c2, c3)` (innermost first); elements outside the
+/// tensor's dimensions are not written. Asynchronous: the calling thread's current bulk group,
+/// closed by [`bulk_commit`], its source read once [`bulk_wait_read`] returns. The source must be
+/// made visible to the async proxy first (`fence.proxy.async.shared::cta` by the threads that
+/// wrote it, then a barrier with this thread). sm_90, PTX ISA 8.0.
+///
+/// # Safety
+/// `map` must be a valid tensor map in device memory (generic address) of a writable tensor;
+/// `src` a shared address aligned as the map's swizzle needs (1024 bytes for 128-byte
+/// swizzling) holding the box, not written until [`bulk_wait_read`] has returned.
+#[inline(always)]
+pub unsafe fn store_4d(src: u32, map: u64, c: [i32; 4]) {
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [{m}, {{{c0}, {c1}, {c2}, {c3}}}], [{s}];",
+            s = in(reg32) src, m = in(reg64) map, c0 = in(reg32) c[0], c1 = in(reg32) c[1],
+            c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+        )
+    };
+}
+
 /// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`: the copy engine adds `bytes`
 /// bytes of f32 from shared memory at `src` into global memory at `dst`, element by element
 /// (each add atomic on its own, as `red.global.add.f32`), asynchronously: the calling thread's
