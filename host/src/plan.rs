@@ -1042,26 +1042,6 @@ fn plan_wgmma(
          compute with wgmma",
         config.block_m, config.block_n, config.stages
     ));
-    // A persistent grid where the instance has one and every query tile costs the same (no
-    // causal mask, window or variable lengths: a fixed stride over tiles of unequal cost lost
-    // 17–39% on causal rows, NOTES v17), and there are more tiles than SMs.
-    let total = crate::hopper::query_tiles(problem, config.block_m);
-    if config.persistent()
-        && masked.is_none()
-        && !problem.causal()
-        && problem.varlen().is_none()
-        && total > props.sm_count as u64
-        && total <= u32::MAX as u64
-    {
-        if let Some(launch) = plan.launches.first_mut() {
-            launch.grid = (props.sm_count, 1, 1);
-        }
-        plan.why.push(format!(
-            "persistent grid: {} blocks (one an SM) walk the {total} query tiles; each loads its next tile's Q \
-             and K/V while the current tile's last products and output stores run",
-            props.sm_count
-        ));
-    }
     if let Some((_, what)) = masked {
         plan.why.push(format!("masked instance: {what}"));
         if config.window == 2 {

@@ -644,36 +644,18 @@ impl WgmmaConfig {
     }
 
     /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
-    /// boundaries), the Q tile, `stages` K and V tiles, a persistent instance's output tile
-    /// ([`WgmmaConfig::output_tile_bytes`]), and the barriers (8 bytes each: Q full, and a
-    /// full and an empty barrier per K and V stage, one for a variable-length batch's last,
-    /// partial V tile, which lands there before the producer zeroes its borrowed rows, and Q
-    /// empty, for a persistent block's next Q tile).
+    /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
+    /// full and an empty barrier per K and V stage, and one for a variable-length batch's last,
+    /// partial V tile, which lands there before the producer zeroes its borrowed rows).
     pub const fn shared_bytes(&self) -> u32 {
         1024 + self.tile_bytes(self.block_m)
             + 2 * self.stages * self.tile_bytes(self.block_n)
-            + self.output_tile_bytes()
             + self.barrier_bytes()
     }
 
     /// Bytes of the barriers.
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (3 + 4 * self.stages)
-    }
-
-    /// Whether the instance can run a persistent grid (`WgmmaParams::tiles`: a block an SM,
-    /// each walking query tiles, the producer loading the next tile's Q and K/V under the
-    /// current tile's last products and epilogue): the plain instances whose output tile fits
-    /// beside the rest (d ≤ 192; d = 256's 64 KiB would not). The planner takes it for
-    /// fixed-length problems without a causal mask (`plan.rs`).
-    pub const fn persistent(&self) -> bool {
-        self.window == 0 && self.head_dim <= 192
-    }
-
-    /// Bytes of a persistent instance's output tile (the Q tile's size): its TMA stores read
-    /// there while the next Q tile lands in the Q tile; 0 elsewhere.
-    pub const fn output_tile_bytes(&self) -> u32 {
-        if self.persistent() && self.o_by_tma() { self.tile_bytes(self.block_m) } else { 0 }
+        8 * (2 + 4 * self.stages)
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).

@@ -263,13 +263,6 @@ pub struct WgmmaParams {
     /// tiles from shared memory; 0: each thread stores its elements from registers (training
     /// instances, context-parallel steps, variable-length batches, addresses TMA cannot take).
     pub o_map: u64,
-    /// A persistent grid ([`crate::config::WgmmaConfig::persistent`] instances): the query
-    /// tiles of all (head, sequence) pairs, numbered query tile first (`tiles_m` a pair), which
-    /// block x walks from tile x in steps of the grid's x. 0: one tile a block, the grid's
-    /// (query tile, head, sequence).
-    pub tiles: u32,
-    /// With `tiles`: the query tiles of one (head, sequence) pair.
-    pub tiles_m: u32,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).
