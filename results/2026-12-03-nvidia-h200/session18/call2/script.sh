@@ -5,10 +5,11 @@
 # `bench-old`, against v32): bf16 headline forward at d = 64, 128; then v32's bf16 and f16
 # headline forward (d = 64, 128, 256) with FA2 and cuDNN in the same run.
 set -uo pipefail
-R=/tmp/res; rm -rf $R; mkdir -p $R
+# Results go straight to $OUT (the lease may end before the script does).
+R=$OUT/res; mkdir -p $R
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
-left() { echo $(( 575 - ($(date +%s) - start) )); }
+left() { echo $(( 470 - ($(date +%s) - start) )); }
 export CUDA_CACHE_MAXSIZE=4294967296
 python3 -c "import tarfile; tarfile.open('.gpu/new.txz').extractall('/tmp/b'); tarfile.open('.gpu/old.txz').extractall('/tmp/b')"
 cp .gpu/peers-fast.py .gpu/peers-flex.py /tmp/b/bundle/bin/
@@ -50,7 +51,7 @@ print('clocks $dt samples',len(c),'sm MHz median',c[len(c)//2],'p10',c[len(c)//1
 done
 python3 - <<'PY'
 import json,os
-R='/tmp/res'
+R=os.environ['OUT']+'/res'
 def rows(d):
     out={}
     for fn in ['bench.jsonl','peers.jsonl']:
@@ -73,4 +74,3 @@ for d in ['fwd-bf16','fwd-f16','bwd-d64-bf16','bwd-d64-f16']:
         if t: print(d,k,'auto %.4f ms %.1f TF'%t + (' x_fa2 %.3f'%(fl[0]/t[0]) if fl else '') + (' x_cudnn %.3f'%(c[0]/t[0]) if c else ''))
 PY
 el
-cd /tmp && tar czf $OUT/results.tgz res
