@@ -6,7 +6,7 @@
 # headline forward (d = 64, 128, 256) with FA2 and cuDNN in the same run.
 set -uo pipefail
 # Results go straight to $OUT (the lease may end before the script does).
-R=$OUT/res; mkdir -p $R
+export OUT; R=$OUT/res; mkdir -p $R
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
 left() { echo $(( 470 - ($(date +%s) - start) )); }
