@@ -228,9 +228,9 @@ pub struct BwdParams {
 
 /// Parameters of the Hopper forward kernel: the forward's struct, and the device address of
 /// its TMA tensor maps (Q, K, V and, where it stores O by TMA, O: 128 bytes each, consecutive,
-/// 64-byte aligned), which
-/// describe each tensor as 4-D `(head_dim, seqlen, heads, batch)` with the struct's strides and
-/// a box of one 64-column panel × the kernel's rows, 128-byte swizzled.
+/// 64-byte aligned), which describe each tensor as 4-D `(head_dim, seqlen, heads, batch)` with
+/// the struct's strides and a box of one 64-column panel × the kernel's rows (O's: 64 rows),
+/// 128-byte swizzled.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WgmmaParams {
@@ -259,9 +259,10 @@ pub struct WgmmaParams {
     /// recomputes the row from its keys). 0 elsewhere.
     pub residual_rows: u64,
     /// The device address of a TMA tensor map of O (as Q's, with boxes of one 64-column panel ×
-    /// 64 rows: one consumer warpgroup's), through which an inference instance stores its output
-    /// tiles from shared memory; 0: each thread stores its elements from registers (training
-    /// instances, context-parallel steps, variable-length batches, addresses TMA cannot take).
+    /// 64 rows: one consumer warpgroup's), through which an instance that takes it
+    /// ([`crate::config::WgmmaConfig::o_by_tma`]) stores its output tiles from shared memory; 0:
+    /// each thread stores its elements from registers (the other instances, context-parallel
+    /// steps, variable-length batches, addresses TMA cannot take).
     pub o_map: u64,
 }
 

@@ -634,16 +634,34 @@ unsafe fn flash_fwd_wgmma<
     // Normalise and store: each quad of lanes writes 8 consecutive columns of a row — to O from
     // registers, or, with `o_map` (`WgmmaConfig::o_by_tma`, outside context-parallel steps),
     // into the warpgroup's 64 rows of the Q tile (its last `Q·Kᵀ` has completed), 128-byte
-    // swizzled as the map's boxes, from where one thread stores them with TMA (a box a panel). Each
-    // thread's stores then cost shared-memory bandwidth only (conflict-free: the 32 lanes of a
-    // store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores stalled the
-    // warp on their registers and the block's exit on their drain (session 18, ncu: at N = 1024
-    // a sixth of the kernel's samples).
-    if OTMA && p.o_map != 0 && a.partial_o == 0 {
-        for half in 0..2 {
-            let mut st = state[half];
+    // swizzled as the map's boxes, from where one thread stores them with TMA (a box a
+    // panel). Each thread's stores then cost shared-memory bandwidth only (conflict-free: the
+    // 32 lanes of a store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores
+    // stalled the warp on their registers and the block's exit on their drain (session 18, ncu:
+    // at N = 1024 a sixth of the kernel's samples).
+    // Row `half`'s state, its sum completed over the quad, and its result. (Macros, as above:
+    // closures here changed the code ptxas got.)
+    macro_rules! finish_row {
+        ($half:expr) => {{
+            let mut st = state[$half];
             st.sum = shuffle::sum4(st.sum);
             let res = st.finish(a.scale_log2);
+            (st, res)
+        }};
+    }
+    // A row's log-sum-exp, written by the quad's first lane (`row < len_q`).
+    macro_rules! store_lse {
+        ($row:expr, $lse:expr) => {{
+            if t4 == 0 && a.lse != 0 {
+                let idx = seq.lse_index(a, h, $row);
+                // SAFETY: inside the log-sum-exp output (host sizing).
+                unsafe { global::store_f32(a.lse + 4 * idx, $lse) };
+            }
+        }};
+    }
+    if OTMA && p.o_map != 0 && a.partial_o == 0 {
+        for half in 0..2 {
+            let (_, res) = finish_row!(half);
             // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
             let r = warp_in_wg * 16 + g + 8 * half as u32;
             for (panel, op) in o.iter().enumerate() {
@@ -657,10 +675,8 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
             let row = m0 + wg * 64 + r;
-            if row < seq.len_q && t4 == 0 && a.lse != 0 {
-                let idx = seq.lse_index(a, h, row);
-                // SAFETY: inside the log-sum-exp output (host sizing).
-                unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
+            if row < seq.len_q {
+                store_lse!(row, res.lse);
             }
         }
         // The rows visible to the async proxy, then the warpgroup's (named barrier 3 + wg: 1
@@ -688,9 +704,7 @@ unsafe fn flash_fwd_wgmma<
     }
     let d = a.head_dim;
     for half in 0..2 {
-        let mut st = state[half];
-        st.sum = shuffle::sum4(st.sum);
-        let res = st.finish(a.scale_log2);
+        let (st, res) = finish_row!(half);
         let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
         if row >= seq.len_q {
             continue;
@@ -746,11 +760,7 @@ unsafe fn flash_fwd_wgmma<
             }
             continue;
         }
-        if t4 == 0 && a.lse != 0 {
-            let idx = seq.lse_index(a, h, row);
-            // SAFETY: inside the log-sum-exp output (host sizing).
-            unsafe { global::store_f32(a.lse + 4 * idx, res.lse) };
-        }
+        store_lse!(row, res.lse);
         if TRAIN && t4 == 0 {
             // What the backward recomputes the probabilities from in one FMA,
             // `2^(s·scale_log2 + offset)/ℓ'`: the offset `−round(m·scale_log2)` is off from the
