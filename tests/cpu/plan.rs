@@ -375,6 +375,8 @@ fn auto_follows_its_rule_table() {
     let l = Layout::bshd(2, 512, 4, 64);
     let p = plan(&h200, DType::F16, &problem(l, l, &opts), &opts).unwrap();
     assert!(p.method == Method::FlashHopper && p.why[0].starts_with("auto rule 1"), "{p}");
+    // (An inference call on a fixed-length batch: its output is stored by TMA.)
+    assert!(p.why.iter().any(|w| w.contains("stored by TMA")), "{p}");
     // Rule 2: the mma.sync kernel: on sm_80 (rule 1 never considered, nothing listed as not
     // taken), for d = 32, for decoding, for rows that are not 16-byte aligned.
     let p = plan(&DeviceProps::a100(), DType::F16, &problem(l, l, &opts), &opts).unwrap();
