@@ -113,6 +113,13 @@ fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys:
     Ok(map)
 }
 
+/// The query tiles of a forward on the Hopper kernel: `block_m`-row tiles of the longest
+/// sequence, for every (head, sequence) pair — a persistent grid's work
+/// (`WgmmaParams::tiles`).
+pub(crate) fn query_tiles(problem: &Problem, block_m: u32) -> u64 {
+    problem.max_lens().0.div_ceil(block_m as usize) as u64 * problem.q().heads as u64 * problem.batch() as u64
+}
+
 impl Device {
     /// Runs a planned `Method::FlashHopper` call: encodes the three maps, finds them kept on the
     /// device or copies them there ([`TensorMapCache`]: a first sighting's copy is freed in
@@ -166,6 +173,9 @@ impl Device {
             o_lo: io.residuals.map_or(0, |r| r.0),
             residual_rows: io.residuals.map_or(0, |r| r.1),
             o_map: if o_by_tma { maps + 3 * TENSOR_MAP_BYTES } else { 0 },
+            // A persistent instance's work (the planner gave it a grid of one block an SM).
+            tiles: if config.persistent != 0 { query_tiles(problem, config.block_m) as u32 } else { 0 },
+            tiles_m: problem.max_lens().0.div_ceil(config.block_m as usize) as u32,
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

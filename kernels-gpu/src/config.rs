@@ -610,6 +610,14 @@ pub struct WgmmaConfig {
     /// `Device::attention_for_backward`, masked problems included (their backward's residual
     /// preprocessing kernel is the window instance's). 0: the others.
     pub train: u32,
+    /// 1: a persistent instance (plain inference only: `window` and `train` 0): launched with
+    /// a grid of about one block an SM (`WgmmaParams::tiles`), each block walks query tiles one
+    /// after the other, its producer loading the next tile's Q and K/V while the consumers
+    /// finish the current one (its last `P·V`, the epilogue), and its output staged in a tile of
+    /// its own ([`WgmmaConfig::output_tile_bytes`]). For fixed-length problems without a causal
+    /// mask (every query tile the same work; the planner's [`wgmma_persistent`]), whose output
+    /// TMA stores. 0: one query tile a block.
+    pub persistent: u32,
 }
 
 /// Rows per consumer warpgroup of the Hopper kernel (the M of `wgmma`).
@@ -646,16 +654,26 @@ impl WgmmaConfig {
     /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
     /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
     /// full and an empty barrier per K and V stage, and one for a variable-length batch's last,
-    /// partial V tile, which lands there before the producer zeroes its borrowed rows).
+    /// partial V tile, which lands there before the producer zeroes its borrowed rows); a
+    /// persistent instance's Q-empty barrier and, from the next 1024-byte boundary, its output
+    /// tile.
     pub const fn shared_bytes(&self) -> u32 {
-        1024 + self.tile_bytes(self.block_m)
-            + 2 * self.stages * self.tile_bytes(self.block_n)
-            + self.barrier_bytes()
+        let end = self.tile_bytes(self.block_m) + 2 * self.stages * self.tile_bytes(self.block_n);
+        if self.persistent != 0 {
+            1024 + (end + self.barrier_bytes()).next_multiple_of(1024) + self.output_tile_bytes()
+        } else {
+            1024 + end + self.barrier_bytes()
+        }
     }
 
-    /// Bytes of the barriers.
+    /// Bytes of the barriers (a persistent instance's Q-empty barrier among them).
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (2 + 4 * self.stages)
+        8 * (2 + 4 * self.stages + self.persistent)
+    }
+
+    /// Bytes of a persistent instance's output tile (the Q tile's layout), 0 for the others.
+    pub const fn output_tile_bytes(&self) -> u32 {
+        if self.persistent != 0 { self.tile_bytes(self.block_m) } else { 0 }
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).
@@ -673,6 +691,7 @@ impl WgmmaConfig {
             && self.stages >= 1
             && self.window <= 2
             && self.train <= 1
+            && (self.persistent == 0 || (self.persistent == 1 && self.window == 0 && self.train == 0))
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -714,11 +733,21 @@ pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
     }
 }
 
+/// The persistent Hopper instance for head dim `d` ([`WgmmaConfig::persistent`]), if one is
+/// instantiated.
+pub const fn wgmma_persistent(head_dim: u32) -> Option<usize> {
+    wgmma_find_in(head_dim, 0, 0, 1)
+}
+
 const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {
+    wgmma_find_in(head_dim, window, train, 0)
+}
+
+const fn wgmma_find_in(head_dim: u32, window: u32, train: u32, persistent: u32) -> Option<usize> {
     let mut i = 0;
     while i < WGMMA_CONFIGS.len() {
         let c = WGMMA_CONFIGS[i];
-        if c.runs(head_dim) && c.window == window && c.train == train {
+        if c.runs(head_dim) && c.window == window && c.train == train && c.persistent == persistent {
             return Some(i);
         }
         i += 1;

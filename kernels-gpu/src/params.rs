@@ -264,6 +264,12 @@ pub struct WgmmaParams {
     /// each thread stores its elements from registers (the other instances, context-parallel
     /// steps, variable-length batches, addresses TMA cannot take).
     pub o_map: u64,
+    /// A persistent instance's work ([`crate::config::WgmmaConfig::persistent`]): the query
+    /// tiles of all (head, sequence) pairs, numbered query tile first (`tiles_m` a pair), then
+    /// head, then sequence; block x walks tiles x, x + grid, x + 2·grid, … 0 for the others.
+    pub tiles: u32,
+    /// With `tiles`: the query tiles of one (head, sequence) pair.
+    pub tiles_m: u32,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

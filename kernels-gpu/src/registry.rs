@@ -178,25 +178,28 @@ macro_rules! mma_kernel_name {
 macro_rules! for_each_wgmma_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
-            (64, 128, 128, 2, 0, 0)
-            (128, 128, 128, 2, 0, 0)
-            (192, 128, 64, 2, 0, 0)
-            (256, 128, 64, 2, 0, 0)
-            (64, 128, 128, 2, 1, 0)
-            (128, 128, 128, 2, 1, 0)
-            (192, 128, 64, 2, 1, 0)
-            (256, 128, 64, 2, 1, 0)
-            (64, 128, 128, 2, 2, 0)
-            (128, 128, 128, 2, 2, 0)
-            (192, 128, 64, 2, 2, 0)
-            (64, 128, 128, 2, 0, 1)
-            (128, 128, 128, 2, 0, 1)
-            (64, 128, 128, 2, 1, 1)
-            (128, 128, 128, 2, 1, 1)
-            (64, 128, 128, 2, 2, 1)
-            (128, 128, 128, 2, 2, 1)
-            (192, 128, 64, 2, 0, 1)
-            (256, 128, 64, 2, 0, 1)
+            (64, 128, 128, 2, 0, 0, 0)
+            (128, 128, 128, 2, 0, 0, 0)
+            (192, 128, 64, 2, 0, 0, 0)
+            (256, 128, 64, 2, 0, 0, 0)
+            (64, 128, 128, 2, 1, 0, 0)
+            (128, 128, 128, 2, 1, 0, 0)
+            (192, 128, 64, 2, 1, 0, 0)
+            (256, 128, 64, 2, 1, 0, 0)
+            (64, 128, 128, 2, 2, 0, 0)
+            (128, 128, 128, 2, 2, 0, 0)
+            (192, 128, 64, 2, 2, 0, 0)
+            (64, 128, 128, 2, 0, 1, 0)
+            (128, 128, 128, 2, 0, 1, 0)
+            (64, 128, 128, 2, 1, 1, 0)
+            (128, 128, 128, 2, 1, 1, 0)
+            (64, 128, 128, 2, 2, 1, 0)
+            (128, 128, 128, 2, 2, 1, 0)
+            (192, 128, 64, 2, 0, 1, 0)
+            (256, 128, 64, 2, 0, 1, 0)
+            (64, 128, 128, 2, 0, 0, 1)
+            (128, 128, 128, 2, 0, 0, 1)
+            (192, 128, 64, 2, 0, 0, 1)
         }
     };
 }
@@ -204,9 +207,16 @@ macro_rules! for_each_wgmma_instance {
 /// The entry name of one Hopper instance:
 /// `flash_fwd_wgmma_{dtype}_d{head_dim}_m{block_m}_n{block_n}_s{stages}`, with `_win` appended
 /// for a masked instance, `_win_softcap` for the masked instance without the intra-warpgroup
-/// overlap that the planner takes for softcaps, and then `_train` for a training instance.
+/// overlap that the planner takes for softcaps, and then `_train` for a training instance;
+/// `_persistent` for a plain inference instance that runs a persistent grid.
 #[macro_export]
 macro_rules! wgmma_kernel_name {
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0, 1) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_persistent")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt, 0) => {
+        $crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win, $train)
+    };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s)
     };
@@ -314,17 +324,18 @@ macro_rules! mma_table {
 for_each_mma_instance!(mma_table);
 
 macro_rules! wgmma_table {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt))*) => {
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt, $persist:tt))*) => {
         /// Every Hopper forward configuration, in [`for_each_wgmma_instance!`] order.
         pub const WGMMA_CONFIGS: [$crate::config::WgmmaConfig; [$($d),*].len()] = [$(
             $crate::config::WgmmaConfig {
                 head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win, train: $train,
+                persistent: $persist,
             }
         ),*];
         /// Entry names of [`WGMMA_CONFIGS`], f16 then bf16.
         pub const WGMMA_KERNELS: [[&str; WGMMA_CONFIGS.len()]; 2] = [
-            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s, $win, $train)),*],
-            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s, $win, $train)),*],
+            [$(wgmma_kernel_name!("f16", $d, $m, $n, $s, $win, $train, $persist)),*],
+            [$(wgmma_kernel_name!("bf16", $d, $m, $n, $s, $win, $train, $persist)),*],
         ];
     };
 }

@@ -339,10 +339,14 @@ fn split_kv_is_chosen_by_occupancy_and_can_be_overridden() {
         let o = AttentionOptions { splits: Some(splits), ..Default::default() };
         let p = plan(&h200, DType::BF16, &problem(l, l, &o), &o).unwrap();
         assert_eq!(p.splits, splits);
-        assert_eq!(
-            p.main_launch().unwrap().grid.0,
+        // (Unsplit, the Hopper kernel's persistent grid: one block an SM.)
+        let grid = if p.kernel().ends_with("_persistent") {
+            h200.sm_count
+        } else {
             4096u32.div_ceil(p.tiles.unwrap().0 as u32) * splits as u32
-        );
+        };
+        assert_eq!(p.main_launch().unwrap().grid.0, grid, "{p}");
+        assert_eq!(splits == 1, p.kernel().ends_with("_persistent"), "{p}");
         assert_eq!(p.launches.len(), if splits > 1 { 2 } else { 1 });
     }
     for splits in [0, 129] {
@@ -850,4 +854,58 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         let bwd = backward(&props, &p, &opts, false);
         assert!(!bwd.residuals && !bwd.kernel().contains("prep_res"), "{bwd}");
     }
+}
+
+/// The Hopper forward's persistent grid: taken for problems whose query tiles all cost the same
+/// (no causal mask, window, modifier or variable lengths) with more tiles than SMs, as one block
+/// an SM; the plan says so. Elsewhere, and for the training forward (its instances run one tile
+/// a block), the grid is the problem's tiles.
+#[test]
+fn hopper_takes_a_persistent_grid_where_tiles_cost_the_same() {
+    use flashattn::plan_for_backward;
+    let h200 = DeviceProps::h200();
+    let sm = h200.sm_count;
+    let opts = AttentionOptions::default();
+    let persistent = |p: &flashattn::Plan| {
+        p.kernel().ends_with("_persistent") && p.why.iter().any(|w| w.starts_with("persistent grid"))
+    };
+    for d in [64, 128, 96, 160, 192] {
+        // 8 query tiles × 16 heads × 16 sequences.
+        let l = Layout::bshd(16, 1024, 16, d);
+        let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+        assert!(p.method == Method::FlashHopper && persistent(&p), "d{d}: {p}");
+        assert_eq!(p.main_launch().unwrap().grid, (sm, 1, 1), "{p}");
+        // The training forward: the training instance on the problem's own grid.
+        let t = plan_for_backward(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+        assert!(t.residuals && t.kernel().ends_with("_train") && !persistent(&t), "d{d}: {t}");
+        assert_eq!(t.main_launch().unwrap().grid, (8, 16, 16), "{t}");
+        // Causal: the triangle's tiles differ, one tile a block.
+        let c = AttentionOptions { causal: true, ..Default::default() };
+        let p = plan(&h200, DType::BF16, &problem(l, l, &c), &c).unwrap();
+        assert!(p.method == Method::FlashHopper && !persistent(&p), "d{d}: {p}");
+        assert_eq!(p.main_launch().unwrap().grid, (8, 16, 16), "{p}");
+        // A window or a modifier: the masked instances.
+        let w = AttentionOptions { window: flashattn::Window { left: Some(64), right: None }, ..Default::default() };
+        let p = plan(&h200, DType::BF16, &problem(l, l, &w), &w).unwrap();
+        assert!(p.method == Method::FlashHopper && !persistent(&p), "d{d}: {p}");
+    }
+    // No more tiles than SMs (8 × 16 = 128 ≤ 132): one tile a block.
+    let l = Layout::bshd(1, 1024, 16, 128);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+    assert!(p.method == Method::FlashHopper && !persistent(&p), "{p}");
+    // One more than SMs: persistent.
+    let l = Layout::bshd(1, 128, sm as usize + 1, 128);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+    assert!(persistent(&p), "{p}");
+    // d = 256 has no persistent instance (its output tile would not fit beside the rest).
+    let l = Layout::bshd(16, 1024, 16, 256);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+    assert!(p.method == Method::FlashHopper && !persistent(&p), "{p}");
+    // Variable lengths: one tile a block.
+    let lens = vec![1024; 16];
+    let vl = flashattn::VarLen::from_lengths(&lens, &lens).unwrap();
+    let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
+    let pl = Layout::packed(16 * 1024, 16, 128);
+    let p = plan(&h200, DType::BF16, &problem(pl, pl, &vopts), &vopts).unwrap();
+    assert!(p.method == Method::FlashHopper && !persistent(&p), "{p}");
 }

@@ -22,6 +22,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("hopper::random_score_modifiers_f16", random_score_modifiers::<f16>),
     ("hopper::random_score_modifiers_bf16", random_score_modifiers::<bf16>),
     ("hopper::recurring_tensors", recurring_tensors),
+    ("hopper::persistent_f16", persistent::<f16>),
+    ("hopper::persistent_bf16", persistent::<bf16>),
 ];
 
 /// Whether this device runs the Hopper kernel; if not, checks that the planner says so.
@@ -162,6 +164,48 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
         |spec, _| fit_hopper(spec),
         |case, _| run_and_check(dev, case, Method::FlashHopper),
     )
+}
+
+/// The persistent instances (a grid of one block an SM walking the query tiles): problems
+/// without a causal mask, window or modifier, with more query tiles than the device has SMs —
+/// one tile more (a single block walks two), and several tiles a block with partial last query
+/// and key tiles, Nq ≠ Nk both ways, GQA and MQA, both memory orders and 16-byte gaps, padded
+/// head dims of each instance, large logits. The plan must say it runs the persistent grid.
+fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let sm = dev.props().sm_count as usize;
+    // Query heads (a multiple of `group`) that give `b` sequences of `nq` queries more 128-row
+    // query tiles than SMs.
+    let heads = |b: usize, nq: usize, group: usize| (sm / (b * nq.div_ceil(128)) + 1).div_ceil(group) * group;
+    let mut specs = vec![
+        spec(batch(1, 128, 128), sm + 1, sm + 1, 64, false, Bshd),
+        spec(batch(2, 1100, 300), heads(2, 1100, 4), heads(2, 1100, 4) / 4, 128, false, Bshd),
+        spec(batch(1, 384, 200), heads(1, 384, 1), heads(1, 384, 1), 192, false, Bhsd),
+        spec(batch(3, 129, 513), heads(3, 129, 1), heads(3, 129, 1), 40, false, Aligned),
+        spec(batch(1, 256, 333), heads(1, 256, 1), 1, 96, false, Bhsd),
+        spec(batch(1, 100, 257), heads(1, 100, 2), heads(1, 100, 2) / 2, 160, false, Aligned),
+    ];
+    let mut large = spec(batch(2, 300, 250), heads(2, 300, 1), heads(2, 300, 1), 128, false, Bshd);
+    large.values = Values::LargeLogits;
+    specs.push(large);
+    if small() {
+        specs.truncate(2);
+    }
+    for s in &specs {
+        let case = Case::<T>::random(&mut case_rng(), s);
+        let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
+        let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
+        if !plan.kernel().ends_with("_persistent") || !plan.why.iter().any(|w| w.starts_with("persistent grid")) {
+            return Err(format!("not the persistent grid: {plan}\n{case}"));
+        }
+        if !run_and_check(dev, &case, Method::FlashHopper)? {
+            return Err(format!("the Hopper kernel refused a persistent case:\n{case}"));
+        }
+    }
+    Ok(())
 }
 
 /// Moves a drawn spec into what the Hopper kernel runs (head dim a multiple of 8 up to 256,

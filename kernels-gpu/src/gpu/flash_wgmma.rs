@@ -43,7 +43,7 @@ use super::arch::mma::{Bf16, F16};
 use super::arch::shared;
 use super::arch::shuffle;
 use super::arch::thread::{
-    block_dim_x, block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync,
+    block_dim_x, block_x, block_y, block_z, claim_registers, grid_dim_x, named_arrive, named_sync, opaque,
     release_registers, sync_threads, thread_x,
 };
 use super::arch::tma;
@@ -105,6 +105,19 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     #[inline(always)]
     fn v_landed(base: u32) -> u32 {
         base + Self::BARS + 8 * (1 + 4 * NS as u32)
+    }
+    /// A persistent block's Q tile is free for its next query tile: both consumer warpgroups'
+    /// last `Q·Kᵀ` of the current one completed (persistent instances only: the others'
+    /// shared memory ends before it).
+    #[inline(always)]
+    fn q_empty(base: u32) -> u32 {
+        base + Self::BARS + 8 * (2 + 4 * NS as u32)
+    }
+    /// A persistent block's output tile (the Q tile's size, after the barriers, 1024-byte
+    /// aligned): its TMA stores read there while the next query tile's Q lands in the Q tile.
+    #[inline(always)]
+    fn o(base: u32) -> u32 {
+        base + ((Self::BARS + 8 * (3 + 4 * NS as u32) + 1023) & !1023)
     }
 }
 
@@ -202,6 +215,7 @@ unsafe fn flash_fwd_wgmma<
     const SEQ: bool,
     const TRAIN: bool,
     const OTMA: bool,
+    const PERSIST: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -228,18 +242,45 @@ unsafe fn flash_fwd_wgmma<
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(a, z) };
     let m0 = m_block * BM as u32;
-    if m0 >= seq.len_q {
+    if !PERSIST && m0 >= seq.len_q {
         return;
     }
-    let kv_h = h / a.group.max(1);
+    let keys = key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32);
+    // The block's query tile `n` (0, 1, …) as (head, sequence, first row, key tiles): the grid's own (block
+    // x, y, z above) alone, or, in a persistent instance (a grid of about one block an SM,
+    // `WgmmaParams::tiles`), tiles `x, x + grid, x + 2·grid, …` of all the (head, sequence)
+    // pairs' query tiles, numbered query tile first (`tiles_m` a pair), then head, then
+    // sequence. The producer and the consumers walk the same tiles.
+    let tile_at = |n: u32| -> Option<(u32, SeqView, u32, (u32, u32))> {
+        if PERSIST {
+            let t = block_x() + n * grid_dim_x();
+            if t >= p.tiles {
+                return None;
+            }
+            // (`max(1)`: no division that can fail; the host sets both.)
+            let (tiles_m, heads) = (p.tiles_m.max(1), a.heads_q.max(1));
+            let hz = t / tiles_m;
+            // (Fixed-length batches only, host: `SeqView::of` without its offsets' branch.)
+            let (len_q, len_k) = (a.seqlen_q, a.seqlen_k);
+            let seq = SeqView { batch: (hz / heads) as u64, q_start: 0, k_start: 0, len_q, len_k };
+            let m0 = (t - hz * tiles_m) * BM as u32;
+            Some((hz % heads, seq, m0, key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32)))
+        } else if n == 0 {
+            Some((h, seq, m0, keys))
+        } else {
+            None
+        }
+    };
     let base = S::<D, BM, BN, NS>::base();
-    let (j_begin, j_end) = key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32);
 
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
         unsafe {
             tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
             tma::init(S::<D, BM, BN, NS>::v_landed(base), 1);
+            if PERSIST {
+                tma::init(S::<D, BM, BN, NS>::q_empty(base), C as u32);
+            }
             for s in 0..NS as u32 {
                 tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
                 tma::init(S::<D, BM, BN, NS>::v_full(base, s), 1);
@@ -261,71 +302,98 @@ unsafe fn flash_fwd_wgmma<
             return;
         }
         let issuer = tid == (128 * C) as u32;
-        let varlen = a.cu_seqlens_q != 0;
+        if PERSIST && !issuer {
+            // (Fixed-length batches: no borrowed rows to zero.)
+            return;
+        }
+        // (Persistent grids run fixed-length batches only.)
+        let varlen = !PERSIST && a.cu_seqlens_q != 0;
         let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
-        let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
         let tile_bytes = |rows: usize| (2 * rows * D) as u32;
-        // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
-        // its tile; each barrier expects exactly the bytes of the loads completing on it.
-        // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
-        // zero-fills past the packed tensor's end, not past a sequence's): it lands on its own
-        // barrier, and `v_full` completes once the borrowed rows are zeroed.
-        let borrows = varlen && j_begin < j_end && j_end * BN as u32 > seq.len_k;
-        let last_stage = (j_end - j_begin + NS as u32 - 1) % NS as u32;
-        // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel of
-        // its tile; each barrier expects exactly the bytes of the loads completing on it.
-        unsafe {
-            if issuer {
-                tma::prefetch_map(q_map);
-                tma::prefetch_map(k_map);
-                tma::prefetch_map(v_map);
-                let q_full = S::<D, BM, BN, NS>::q_full(base);
-                tma::arrive_expect_tx(q_full, tile_bytes(BM));
-                for panel in 0..DP {
-                    let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
-                    tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
-                }
-                for (i, j) in (j_begin..j_end).enumerate() {
-                    let (s, round) = ((i % NS) as u32, (i / NS) as u32);
-                    let row = k_row + (j * BN as u32) as i32;
-                    let v_full = if borrows && j + 1 == j_end {
-                        S::<D, BM, BN, NS>::v_landed(base)
+        // K/V tiles issued for the block's earlier query tiles (the ring runs on from one query
+        // tile to the next), and those query tiles.
+        let (mut ring, mut n) = (0u32, 0u32);
+        loop {
+            let Some((h, seq, m0, (j_begin, j_end))) = tile_at(n) else { break };
+            let kv_h = h / a.group.max(1);
+            let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
+            // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
+            // zero-fills past the packed tensor's end, not past a sequence's): it lands on its
+            // own barrier, and `v_full` completes once the borrowed rows are zeroed.
+            let borrows = varlen && j_begin < j_end && j_end * BN as u32 > seq.len_k;
+            let last_stage = (j_end - j_begin + NS as u32 - 1) % NS as u32;
+            // SAFETY: the maps are valid (host); every destination is a 1024-byte aligned panel
+            // of its tile; each barrier expects exactly the bytes of the loads completing on it.
+            unsafe {
+                if issuer {
+                    if n == 0 {
+                        tma::prefetch_map(q_map);
+                        tma::prefetch_map(k_map);
+                        tma::prefetch_map(v_map);
                     } else {
-                        S::<D, BM, BN, NS>::v_full(base, s)
-                    };
-                    for (map, full, empty, tile) in [
-                        (
-                            k_map,
-                            S::<D, BM, BN, NS>::k_full(base, s),
-                            S::<D, BM, BN, NS>::k_empty(base, s),
-                            S::<D, BM, BN, NS>::k(base, s),
-                        ),
-                        (v_map, v_full, S::<D, BM, BN, NS>::v_empty(base, s), S::<D, BM, BN, NS>::v(base, s)),
-                    ] {
-                        if round > 0 {
-                            // The consumers released this stage's previous tile.
-                            tma::wait(empty, (round - 1) & 1);
-                        }
-                        tma::arrive_expect_tx(full, tile_bytes(BN));
-                        for panel in 0..DP {
-                            let dst = tile + (panel * BN * 128) as u32;
-                            tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
+                        // Both consumer warpgroups finished reading the last query tile's Q.
+                        tma::wait(S::<D, BM, BN, NS>::q_empty(base), (n - 1) & 1);
+                    }
+                    let q_full = S::<D, BM, BN, NS>::q_full(base);
+                    tma::arrive_expect_tx(q_full, tile_bytes(BM));
+                    for panel in 0..DP {
+                        let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
+                        tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
+                    }
+                    for (i, j) in (j_begin..j_end).enumerate() {
+                        let i = ring as usize + i;
+                        let (s, round) = ((i % NS) as u32, (i / NS) as u32);
+                        let row = k_row + (j * BN as u32) as i32;
+                        let v_full = if borrows && j + 1 == j_end {
+                            S::<D, BM, BN, NS>::v_landed(base)
+                        } else {
+                            S::<D, BM, BN, NS>::v_full(base, s)
+                        };
+                        for (map, full, empty, tile) in [
+                            (
+                                k_map,
+                                S::<D, BM, BN, NS>::k_full(base, s),
+                                S::<D, BM, BN, NS>::k_empty(base, s),
+                                S::<D, BM, BN, NS>::k(base, s),
+                            ),
+                            (
+                                v_map,
+                                v_full,
+                                S::<D, BM, BN, NS>::v_empty(base, s),
+                                S::<D, BM, BN, NS>::v(base, s),
+                            ),
+                        ] {
+                            if round > 0 {
+                                // The consumers released this stage's previous tile.
+                                tma::wait(empty, (round - 1) & 1);
+                            }
+                            tma::arrive_expect_tx(full, tile_bytes(BN));
+                            for panel in 0..DP {
+                                let dst = tile + (panel * BN * 128) as u32;
+                                tma::load_4d(dst, map, [(64 * panel) as i32, row, kv_h as i32, b], full);
+                            }
                         }
                     }
                 }
-            }
-            if borrows {
-                let first = seq.len_k - (j_end - 1) * BN as u32;
-                zero_borrowed_rows::<D, BM, BN, NS, DP>(
-                    base,
-                    S::<D, BM, BN, NS>::v(base, last_stage),
-                    first,
-                    tid % 32,
-                );
-                if issuer {
-                    tma::arrive(S::<D, BM, BN, NS>::v_full(base, last_stage));
+                if borrows {
+                    // (One query tile a block: `ring` is 0 and `v_landed` completes once.)
+                    let first = seq.len_k - (j_end - 1) * BN as u32;
+                    zero_borrowed_rows::<D, BM, BN, NS, DP>(
+                        base,
+                        S::<D, BM, BN, NS>::v(base, last_stage),
+                        first,
+                        tid % 32,
+                    );
+                    if issuer {
+                        tma::arrive(S::<D, BM, BN, NS>::v_full(base, last_stage));
+                    }
                 }
             }
+            if !PERSIST {
+                break;
+            }
+            ring += j_end - j_begin;
+            n += 1;
         }
         return;
     }
@@ -337,490 +405,537 @@ unsafe fn flash_fwd_wgmma<
     let warp_in_wg = (tid / 32) % 4;
     let (g, t4) = (lane / 4, lane % 4);
     let leader = tid % 128 == 0;
-    // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
-    // some row of the block does not see: only those are masked.
-    let (free_end, free_begin) = if WIN {
-        let last = (m0 + BM as u32).min(seq.len_q) - 1;
-        (
-            mask::row_key_end(m0, seq.len_q, seq.len_k, causal, a.window_right),
-            mask::row_key_begin(last, seq.len_q, seq.len_k, a.window_left),
-        )
-    } else {
-        (mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k), 0)
-    };
     let max_fused = FUSED_LIMIT / a.scale_log2;
-    let mut o = [[0.0f32; 32]; DP];
-    let mut state = [OnlineSoftmax::new(); 2];
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
-    // SAFETY: the barrier is initialised; TMA completes it.
-    unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), 0) };
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
-
-    // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
-    // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
-    // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
-    macro_rules! issue_scores {
-        ($sc:ident, $i:expr) => {{
-            let i: usize = $i;
-            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-            let k_tile = S::<D, BM, BN, NS>::k(base, s);
-            // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
-            unsafe {
-                tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
-                wgmma::fence();
-                for kk in 0..D / 16 {
-                    let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                    let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                    let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
-                    E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
-                }
-                wgmma::commit();
-            }
-        }};
+    // Where the epilogue stages the warpgroup's output rows for their TMA stores: its rows of the
+    // Q tile, or of the output tile in a persistent block.
+    let o_tile = if PERSIST { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
+    let (my_turn, other_turn) = (1 + wg, 2 - wg);
+    if PERSIST && C == 2 && wg == 1 {
+        named_arrive::<256>(other_turn);
     }
-    // Releases K stage `i % NS` once this warpgroup's products have read it.
-    let release_k = |i: usize| {
-        if leader {
-            // SAFETY: an initialised barrier.
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
-        }
-    };
+    // K/V tiles consumed for the block's earlier query tiles (the ring runs on), and those tiles.
+    let (mut ring, mut n) = (0usize, 0u32);
+    loop {
+        let Some((h, seq, m0, (j_begin, j_end))) = tile_at(n) else { break };
+        // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
+        // some row of the block does not see: only those are masked.
+        let (free_end, free_begin) = if WIN {
+            let last = (m0 + BM as u32).min(seq.len_q) - 1;
+            (
+                mask::row_key_end(m0, seq.len_q, seq.len_k, causal, a.window_right),
+                mask::row_key_begin(last, seq.len_q, seq.len_k, a.window_left),
+            )
+        } else {
+            (mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k), 0)
+        };
+        let mut o = [[0.0f32; 32]; DP];
+        let mut state = [OnlineSoftmax::new(); 2];
+        // SAFETY: the barrier is initialised; TMA completes it once a query tile.
+        unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1) };
 
-    // The mask and the online softmax of one tile's scores (in place: scores become
-    // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
-    // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
-    // so that the arrays stay in registers at both uses.
-    let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
-    macro_rules! softmax_tile {
-        ($sc:ident, $j:expr) => {{
-            let n0 = $j * BN as u32;
-            if WIN {
-                // Softcap and ALiBi (problems that have them), then each row's window.
-                // SAFETY: the host sizes the slopes.
-                unsafe { score_mod::apply_flat::<SN>(a, &seq, h, &mut $sc, row_base, n0, t4) };
-                if n0 + BN as u32 > free_end || n0 < free_begin {
+        // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
+        // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
+        // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
+        macro_rules! issue_scores {
+            ($sc:ident, $i:expr) => {{
+                let i: usize = $i;
+                let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+                let k_tile = S::<D, BM, BN, NS>::k(base, s);
+                // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
+                unsafe {
+                    tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
+                    wgmma::fence();
+                    for kk in 0..D / 16 {
+                        let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
+                        let qd = descriptor(q_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                        let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
+                        E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
+                    }
+                    wgmma::commit();
+                }
+            }};
+        }
+        // Releases K stage `i % NS` once this warpgroup's products have read it.
+        let release_k = |i: usize| {
+            if leader {
+                // SAFETY: an initialised barrier.
+                unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
+            }
+        };
+
+        // The mask and the online softmax of one tile's scores (in place: scores become
+        // probabilities), returning each row's rescale factor α for the output; as in the `mma.sync`
+        // kernel: rows g (elements 0, 1 of each 8-column block) and g + 8 (elements 2, 3). A macro,
+        // so that the arrays stay in registers at both uses.
+        let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
+        macro_rules! softmax_tile {
+            ($sc:ident, $j:expr) => {{
+                let n0 = $j * BN as u32;
+                if WIN {
+                    // Softcap and ALiBi (problems that have them), then each row's window.
+                    // SAFETY: the host sizes the slopes.
+                    unsafe { score_mod::apply_flat::<SN>(a, &seq, h, &mut $sc, row_base, n0, t4) };
+                    if n0 + BN as u32 > free_end || n0 < free_begin {
+                        for half in 0..2 {
+                            let row = row_base + 8 * half as u32;
+                            let begin = mask::row_key_begin(row, seq.len_q, seq.len_k, a.window_left);
+                            let limit = mask::row_key_end(row, seq.len_q, seq.len_k, causal, a.window_right);
+                            for nt in 0..BN / 8 {
+                                for e in 0..2 {
+                                    let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
+                                    if key >= limit || key < begin {
+                                        $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } else if n0 + BN as u32 > free_end {
+                    // Mask the tiles that cross the diagonal or the end of the keys.
                     for half in 0..2 {
                         let row = row_base + 8 * half as u32;
-                        let begin = mask::row_key_begin(row, seq.len_q, seq.len_k, a.window_left);
-                        let limit = mask::row_key_end(row, seq.len_q, seq.len_k, causal, a.window_right);
+                        let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
                         for nt in 0..BN / 8 {
                             for e in 0..2 {
-                                let key = n0 + 8 * nt as u32 + 2 * t4 + e as u32;
-                                if key >= limit || key < begin {
+                                if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
                                     $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
                                 }
                             }
                         }
                     }
                 }
-            } else if n0 + BN as u32 > free_end {
-                // Mask the tiles that cross the diagonal or the end of the keys.
+                let mut alphas = [1.0f32; 2];
                 for half in 0..2 {
-                    let row = row_base + 8 * half as u32;
-                    let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
+                    let mut m = f32::NEG_INFINITY;
+                    for nt in 0..BN / 8 {
+                        m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
+                    }
+                    alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
+                }
+                let largest = state[0].max.abs().max(state[1].max.abs());
+                // Training instances always take the two-step form `2^((s − m)·c)`: a row's largest
+                // score then has probability exactly 1, which the backward needs (NOTES b18).
+                let fused = !TRAIN && shuffle::all(largest < max_fused);
+                if !fused {
+                    for (k, x) in $sc.iter_mut().enumerate() {
+                        let m = state[(k % 4) / 2].max;
+                        *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
+                    }
+                }
+                for half in 0..2 {
+                    let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
+                    let mut sum = 0.0;
                     for nt in 0..BN / 8 {
                         for e in 0..2 {
-                            if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
-                                $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
+                            let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
+                            $sc[4 * nt + 2 * half + e] = x;
+                            sum += x;
+                        }
+                    }
+                    state[half].add(sum);
+                }
+                alphas
+            }};
+        }
+        // P as `wgmma` A fragments (16 keys each: `PK = BN / 16` of them).
+        macro_rules! pack_p {
+            ($sc:ident) => {{
+                let mut pf = [[0u32; 4]; PK];
+                for (ks, pk) in pf.iter_mut().enumerate() {
+                    let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
+                    let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
+                    *pk = E::acc_to_a(&lo, &hi);
+                }
+                pf
+            }};
+        }
+
+        // O *= α per row (rows g and g + 8 of each 8-column block), skipped when every α of the
+        // warp is 1 (the running maxima did not move). Only where no `P·V` is in flight.
+        macro_rules! rescale_o {
+            ($alphas:ident) => {{
+                if !shuffle::all($alphas[0] == 1.0 && $alphas[1] == 1.0) {
+                    for op in o.iter_mut() {
+                        for dt in 0..8 {
+                            op[4 * dt] *= $alphas[0];
+                            op[4 * dt + 1] *= $alphas[0];
+                            op[4 * dt + 2] *= $alphas[1];
+                            op[4 * dt + 3] *= $alphas[1];
+                        }
+                    }
+                }
+            }};
+        }
+        // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues
+        // `PK` steps of k16 per V panel (V's panels as N-major B operands, P from registers) and
+        // commits, without waiting.
+        macro_rules! issue_pv {
+            ($pf:ident, $i:expr) => {{
+                let i: usize = $i;
+                let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
+                let v_tile = S::<D, BM, BN, NS>::v(base, s);
+                // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
+                unsafe {
+                    tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+                    wgmma::fence();
+                    for (ks, pk) in $pf.iter().enumerate() {
+                        for (panel, op) in o.iter_mut().enumerate() {
+                            let vd = descriptor(
+                                v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
+                                kv_panel_bytes,
+                                SWIZZLE_ATOM_BYTES,
+                            );
+                            E::rs_n64(op, pk, vd);
+                        }
+                    }
+                    wgmma::commit();
+                }
+            }};
+        }
+        // Once `P·V` of ring position `i` completed: the output's accumulators are tied to this point
+        // and the V stage is released.
+        macro_rules! finish_pv {
+            ($i:expr) => {{
+                for op in o.iter_mut() {
+                    wgmma::settle(op);
+                }
+                if leader {
+                    // SAFETY: an initialised barrier; the products have read the V stage.
+                    unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, ($i % NS) as u32)) };
+                }
+            }};
+        }
+
+        // FlashAttention-3's intra-warpgroup overlap, as three parts:
+        // - prologue: `S_0 = Q·K_0ᵀ`, its softmax, P_0 packed;
+        // - steady state, for each tile j but the last: O rescaled by tile j's α, then `S_{j+1}` and
+        //   `P_j·V_j` issued back to back (two commit groups, in that order); `wait_group 1` (only
+        //   `P_j·V_j` in flight), the softmax of `S_{j+1}` — under `P_j·V_j` on the tensor cores —
+        //   then `wait_group 0` and P_{j+1} packed;
+        // - epilogue: O rescaled by the last tile's α, its `P·V`, `wait_group 0`.
+        // ptxas serialises every product of the kernel (info C7514/C7515) when it sees a register of
+        // an in-flight `wgmma` read or written, also through control flow it cannot follow. So,
+        // between an issue and the wait that completes it, nothing touches that product's registers:
+        // the output is rescaled before either product is issued, the softmax works on the second
+        // score array `sn` (completed by `wait_group 1`) and P_{j+1} is packed into `pf` (the
+        // operand of `P_j·V_j`) only after `wait_group 0`. The last tile is peeled off the loop, so
+        // that the loop always has a next tile to issue: an earlier attempt reported C7514 with
+        // `S_{j+1}` under an `if`; ptxas 13.0 accepts that form of this code (checked), but its loop
+        // is longer (877 against 852 SASS instructions at d = 128) and branches on every tile.
+        let mut pf = [[0u32; 4]; PK];
+        let mut alphas = [1.0f32; 2];
+        let tiles = (j_end - j_begin) as usize;
+        // Not in the masked d = 256 instances (the overlap spilled there) nor in the softcap ones
+        // (`SEQ`: with the overlap the softcap's forward ran 15% slower, NOTES v25).
+        let overlap = !(WIN && (D >= 256 || SEQ));
+        if tiles > 0 {
+            let mut sc = [0.0f32; SN];
+            issue_scores!(sc, ring);
+            wgmma::wait::<0>();
+            wgmma::settle(&mut sc);
+            release_k(ring);
+            alphas = softmax_tile!(sc, j_begin);
+            pf = pack_p!(sc);
+        }
+        // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
+        // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
+        // the turn to the other, so that one warpgroup's softmax runs while the other's products
+        // occupy the tensor cores (besides its own `P·V`). A warpgroup takes one turn per key tile
+        // (the last in the epilogue); warpgroup 0 goes first, and its last turn is taken after the
+        // epilogue. In a persistent block the turns run on from one query tile to the next (both
+        // warpgroups walk the same key tiles), opened before the first and closed after the last
+        // (restarted per query tile, warpgroup 1 could hand over its next tile's first turn before
+        // warpgroup 0 took this tile's last: two arrivals of one warpgroup would complete the
+        // barrier, and both would deadlock).
+        let pingpong = C == 2 && tiles > 0;
+        if !PERSIST && pingpong && wg == 1 {
+            named_arrive::<256>(other_turn);
+        }
+        for i in 0..tiles.saturating_sub(1) {
+            if pingpong {
+                named_sync::<256>(my_turn);
+            }
+            rescale_o!(alphas);
+            let mut sn = [0.0f32; SN];
+            issue_scores!(sn, ring + i + 1);
+            issue_pv!(pf, ring + i);
+            if pingpong {
+                named_arrive::<256>(other_turn);
+            }
+            // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running. Except in the
+            // masked d = 256 instances: there the score modifiers' and the windows' registers on
+            // top of the output's 128, `P_j`'s 16 and `S_{j+1}`'s 32 spilled (8 bytes), so they
+            // wait for both products here and run the softmax after them, as before the overlap.
+            if overlap {
+                wgmma::wait::<1>();
+            } else {
+                wgmma::wait::<0>();
+            }
+            wgmma::settle(&mut sn);
+            alphas = softmax_tile!(sn, j_begin + i as u32 + 1);
+            // K_{j+1} is released here, after the softmax, and only by a leader whose row sums
+            // are `!(sum < 0)` — every sum is (a sum of exponentials, NaN included), so the test
+            // changes nothing but the schedule: the arrival (an `mbarrier` operation, which ptxas
+            // keeps before the `wait_group 0` that follows it) now depends on every `ex2` of the
+            // tile. ptxas schedules the wait freely among the arithmetic: with the release right
+            // after `wait_group 1` it put `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of every score's
+            // `MUFU.EX2` (only the row maxima ran under `P_j·V_j`), and with a plain release here
+            // (a branch, which ptxas if-converts) in front of 9 to 32 of them, depending on d.
+            // (The producer needs this K stage again only for tile j + 1 + NS.)
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
+            if sums_done {
+                release_k(ring + i + 1);
+            }
+            wgmma::wait::<0>();
+            finish_pv!(ring + i);
+            pf = pack_p!(sn);
+        }
+        if PERSIST && leader {
+            // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q.
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
+        }
+        if tiles > 0 {
+            let i = tiles - 1;
+            if pingpong {
+                named_sync::<256>(my_turn);
+            }
+            rescale_o!(alphas);
+            issue_pv!(pf, ring + i);
+            if pingpong {
+                named_arrive::<256>(other_turn);
+            }
+            wgmma::wait::<0>();
+            finish_pv!(ring + i);
+        }
+        if !PERSIST && pingpong && wg == 0 {
+            // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
+            // ends as it started.
+            named_sync::<256>(my_turn);
+        }
+
+        // Normalise and store: each quad of lanes writes 8 consecutive columns of a row — to O from
+        // registers, or, with `o_map` (`WgmmaConfig::o_by_tma`, outside context-parallel steps),
+        // into the warpgroup's 64 rows of the Q tile (its last `Q·Kᵀ` has completed; in a
+        // persistent block, of the output tile, since the next Q may be landing), 128-byte
+        // swizzled as the map's boxes, from where one thread stores them with TMA (a box a
+        // panel). Each thread's stores then cost shared-memory bandwidth only (conflict-free: the
+        // 32 lanes of a store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores
+        // stalled the warp on their registers and the block's exit on their drain (session 18, ncu:
+        // at N = 1024 a sixth of the kernel's samples).
+        // Row `half`'s state, its sum completed over the quad, and its result. (Macros, as above:
+        // closures here changed the code ptxas got.)
+        macro_rules! finish_row {
+            ($half:expr) => {{
+                let mut st = state[$half];
+                st.sum = shuffle::sum4(st.sum);
+                let res = st.finish(a.scale_log2);
+                (st, res)
+            }};
+        }
+        // A row's log-sum-exp, written by the quad's first lane (`row < len_q`).
+        macro_rules! store_lse {
+            ($row:expr, $lse:expr) => {{
+                if t4 == 0 && a.lse != 0 {
+                    let idx = seq.lse_index(a, h, $row);
+                    // SAFETY: inside the log-sum-exp output (host sizing).
+                    unsafe { global::store_f32(a.lse + 4 * idx, $lse) };
+                }
+            }};
+        }
+        if OTMA && p.o_map != 0 && a.partial_o == 0 {
+            if PERSIST {
+                // The previous query tile's stores have read the output tile (its leader waited).
+                named_sync::<128>(3 + wg);
+            }
+            // The lane's place, read again in a persistent block (`opaque`): the addresses
+            // derived from it would otherwise be computed once before the query tiles' loop and
+            // kept (spilled, at d ≥ 128) across it.
+            let (g, t4, o_tile) =
+                if PERSIST { (opaque(g), opaque(t4), opaque(o_tile)) } else { (g, t4, o_tile) };
+            for half in 0..2 {
+                let (_, res) = finish_row!(half);
+                // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
+                let r = warp_in_wg * 16 + g + 8 * half as u32;
+                for (panel, op) in o.iter().enumerate() {
+                    for dt in 0..8 {
+                        let x =
+                            [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
+                        // Row r of the panel; its 16-byte chunk dt swizzled by r mod 8 = g.
+                        let at =
+                            o_tile + panel as u32 * q_panel_bytes + 128 * r + 16 * (dt as u32 ^ g) + 4 * t4;
+                        // SAFETY: inside the warpgroup's rows of the Q or output tile, which no
+                        // product reads any more; 4-byte aligned.
+                        unsafe { shared::store_u32(at, E::pack(x[0], x[1])) };
+                    }
+                }
+                let row = m0 + wg * 64 + r;
+                if row < seq.len_q {
+                    store_lse!(row, res.lse);
+                }
+            }
+            // The rows visible to the async proxy, then the warpgroup's (named barrier 3 + wg: 1
+            // and 2 are the ping-pong's turns).
+            wgmma::fence_proxy_async_shared();
+            named_sync::<128>(3 + wg);
+            if leader {
+                let at = [(seq.q_start + (m0 + 64 * wg) as u64) as i32, h as i32, seq.batch as i32];
+                // SAFETY: the map is valid (host: O's layout, boxes of 64 columns × 64 rows); each
+                // panel's rows are 1024-byte aligned, written and fenced above; the block's shared
+                // memory stays until the wait below has seen the copies read it.
+                unsafe {
+                    for panel in 0..DP as u32 {
+                        tma::store_4d(
+                            o_tile + panel * q_panel_bytes,
+                            p.o_map,
+                            [(64 * panel) as i32, at[0], at[1], at[2]],
+                        );
+                    }
+                }
+                tma::bulk_commit();
+                tma::bulk_wait_read::<0>();
+            }
+        } else {
+            let d = a.head_dim;
+            for half in 0..2 {
+                let (st, res) = finish_row!(half);
+                let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
+                if row >= seq.len_q {
+                    continue;
+                }
+                if a.partial_o != 0 {
+                    // A step of context-parallel attention: this launch's row, merged with the running
+                    // result of earlier steps (f32, in the partial rows) by log-sum-exp, goes back there,
+                    // or, at the row's last contribution, to O and the log-sum-exp.
+                    let idx = seq.lse_index(a, h, row);
+                    let part_row = a.partial_o + 4 * idx * d as u64;
+                    let (mut w_prev, mut w_cur, mut lse) = (0.0f32, res.inv_sum, res.lse);
+                    if p.merge != 0 {
+                        // SAFETY: row `idx` of the partial log-sum-exps, written by an earlier step.
+                        let prev = unsafe { global::load_f32_rw(a.partial_lse + 4 * idx) };
+                        let mut merge = SplitMerge::new();
+                        merge.see(prev);
+                        merge.see(res.lse);
+                        let (wp, wc) = (merge.weight(prev), merge.weight(res.lse));
+                        let fin = merge.finish(wp + wc);
+                        (w_prev, w_cur, lse) = (wp * fin.inv_sum, wc * fin.inv_sum * res.inv_sum, fin.lse);
+                    }
+                    let last = row < p.final_rows;
+                    if t4 == 0 {
+                        let at = if last { a.lse } else { a.partial_lse };
+                        if at != 0 {
+                            // SAFETY: row `idx` of the log-sum-exp output or of the partial ones (host
+                            // sizing).
+                            unsafe { global::store_f32(at + 4 * idx, lse) };
+                        }
+                    }
+                    let o_row = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+                    for (panel, op) in o.iter().enumerate() {
+                        for dt in 0..8 {
+                            let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
+                            if col < d {
+                                let mut x =
+                                    [op[4 * dt + 2 * half] * w_cur, op[4 * dt + 2 * half + 1] * w_cur];
+                                if p.merge != 0 {
+                                    // SAFETY: columns col, col + 1 < d of partial row `idx`, 8-byte
+                                    // aligned, written by an earlier step; only this lane rewrites them.
+                                    let y = unsafe { global::load_f32x2_rw(part_row + 4 * col as u64) };
+                                    x = [fma(y[0], w_prev, x[0]), fma(y[1], w_prev, x[1])];
+                                }
+                                if last {
+                                    // SAFETY: row < len_q, columns col, col + 1 < d: inside O, 4-byte
+                                    // aligned.
+                                    unsafe { global::store_u32(o_row + 2 * col as u64, E::pack(x[0], x[1])) };
+                                } else {
+                                    // SAFETY: as for the load (host sizing).
+                                    unsafe { global::store_f32x2(part_row + 4 * col as u64, x) };
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
+                store_lse!(row, res.lse);
+                if TRAIN && t4 == 0 {
+                    // What the backward recomputes the probabilities from in one FMA,
+                    // `2^(s·scale_log2 + offset)/ℓ'`: the offset `−round(m·scale_log2)` is off from the
+                    // exact `−m·scale_log2` by `δ = fma(m, scale_log2, offset)` (exact), which scales
+                    // every such probability by `2^δ`, so `ℓ' = ℓ·2^δ`. With `|m·scale_log2| ≥`
+                    // [`FUSED_LIMIT`] (`2^δ` could overflow) the offset is NaN: the backward then
+                    // recomputes the row from its keys.
+                    let step = st.current(a.scale_log2);
+                    let (offset, l) = if st.max == f32::NEG_INFINITY {
+                        (0.0, 0.0)
+                    } else if st.max.abs() < max_fused {
+                        (step.neg_max_scaled, st.sum * exp2(fma(st.max, a.scale_log2, step.neg_max_scaled)))
+                    } else {
+                        (f32::NAN, st.sum)
+                    };
+                    let idx = seq.lse_index(a, h, row);
+                    // SAFETY: row `idx` of the residual rows (host sizing: one per log-sum-exp row), 8-byte
+                    // aligned.
+                    unsafe { global::store_f32x2(p.residual_rows + 8 * idx, [offset, l]) };
+                }
+                let o_offset = 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
+                let row_addr = a.o + o_offset;
+                for (panel, op) in o.iter().enumerate() {
+                    for dt in 0..8 {
+                        let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
+                        if col < d {
+                            let x = [
+                                op[4 * dt + 2 * half] * res.inv_sum,
+                                op[4 * dt + 2 * half + 1] * res.inv_sum,
+                            ];
+                            let packed = E::pack(x[0], x[1]);
+                            // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
+                            // O, 4-byte aligned.
+                            unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
+                            if TRAIN {
+                                // O's residual: what rounding to the storage type dropped.
+                                let hi = E::unpack(packed);
+                                let lo = E::pack(x[0] - hi[0], x[1] - hi[1]);
+                                // SAFETY: as for O: `o_lo` has O's layout (host validation).
+                                unsafe { global::store_u32(p.o_lo + o_offset + 2 * col as u64, lo) };
                             }
                         }
                     }
                 }
             }
-            let mut alphas = [1.0f32; 2];
-            for half in 0..2 {
-                let mut m = f32::NEG_INFINITY;
-                for nt in 0..BN / 8 {
-                    m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
-                }
-                alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
-            }
-            let largest = state[0].max.abs().max(state[1].max.abs());
-            // Training instances always take the two-step form `2^((s − m)·c)`: a row's largest
-            // score then has probability exactly 1, which the backward needs (NOTES b18).
-            let fused = !TRAIN && shuffle::all(largest < max_fused);
-            if !fused {
-                for (k, x) in $sc.iter_mut().enumerate() {
-                    let m = state[(k % 4) / 2].max;
-                    *x -= if m == f32::NEG_INFINITY { 0.0 } else { m };
-                }
-            }
-            for half in 0..2 {
-                let offset = if fused { state[half].current(a.scale_log2).neg_max_scaled } else { 0.0 };
-                let mut sum = 0.0;
-                for nt in 0..BN / 8 {
-                    for e in 0..2 {
-                        let x = exp2(fma($sc[4 * nt + 2 * half + e], a.scale_log2, offset));
-                        $sc[4 * nt + 2 * half + e] = x;
-                        sum += x;
-                    }
-                }
-                state[half].add(sum);
-            }
-            alphas
-        }};
-    }
-    // P as `wgmma` A fragments (16 keys each: `PK = BN / 16` of them).
-    macro_rules! pack_p {
-        ($sc:ident) => {{
-            let mut pf = [[0u32; 4]; PK];
-            for (ks, pk) in pf.iter_mut().enumerate() {
-                let lo = [$sc[8 * ks], $sc[8 * ks + 1], $sc[8 * ks + 2], $sc[8 * ks + 3]];
-                let hi = [$sc[8 * ks + 4], $sc[8 * ks + 5], $sc[8 * ks + 6], $sc[8 * ks + 7]];
-                *pk = E::acc_to_a(&lo, &hi);
-            }
-            pf
-        }};
-    }
-
-    // O *= α per row (rows g and g + 8 of each 8-column block), skipped when every α of the
-    // warp is 1 (the running maxima did not move). Only where no `P·V` is in flight.
-    macro_rules! rescale_o {
-        ($alphas:ident) => {{
-            if !shuffle::all($alphas[0] == 1.0 && $alphas[1] == 1.0) {
-                for op in o.iter_mut() {
-                    for dt in 0..8 {
-                        op[4 * dt] *= $alphas[0];
-                        op[4 * dt + 1] *= $alphas[0];
-                        op[4 * dt + 2] *= $alphas[1];
-                        op[4 * dt + 3] *= $alphas[1];
-                    }
-                }
-            }
-        }};
-    }
-    // O += P·V for the tile of ring position `i` (P as `wgmma` A fragments): waits for V, issues
-    // `PK` steps of k16 per V panel (V's panels as N-major B operands, P from registers) and
-    // commits, without waiting.
-    macro_rules! issue_pv {
-        ($pf:ident, $i:expr) => {{
-            let i: usize = $i;
-            let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-            let v_tile = S::<D, BM, BN, NS>::v(base, s);
-            // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
-            unsafe {
-                tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
-                wgmma::fence();
-                for (ks, pk) in $pf.iter().enumerate() {
-                    for (panel, op) in o.iter_mut().enumerate() {
-                        let vd = descriptor(
-                            v_tile + panel as u32 * kv_panel_bytes + (ks * 16 * 128) as u32,
-                            kv_panel_bytes,
-                            SWIZZLE_ATOM_BYTES,
-                        );
-                        E::rs_n64(op, pk, vd);
-                    }
-                }
-                wgmma::commit();
-            }
-        }};
-    }
-    // Once `P·V` of ring position `i` completed: the output's accumulators are tied to this point
-    // and the V stage is released.
-    macro_rules! finish_pv {
-        ($i:expr) => {{
-            for op in o.iter_mut() {
-                wgmma::settle(op);
-            }
-            if leader {
-                // SAFETY: an initialised barrier; the products have read the V stage.
-                unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, ($i % NS) as u32)) };
-            }
-        }};
-    }
-
-    // FlashAttention-3's intra-warpgroup overlap, as three parts:
-    // - prologue: `S_0 = Q·K_0ᵀ`, its softmax, P_0 packed;
-    // - steady state, for each tile j but the last: O rescaled by tile j's α, then `S_{j+1}` and
-    //   `P_j·V_j` issued back to back (two commit groups, in that order); `wait_group 1` (only
-    //   `P_j·V_j` in flight), the softmax of `S_{j+1}` — under `P_j·V_j` on the tensor cores —
-    //   then `wait_group 0` and P_{j+1} packed;
-    // - epilogue: O rescaled by the last tile's α, its `P·V`, `wait_group 0`.
-    // ptxas serialises every product of the kernel (info C7514/C7515) when it sees a register of
-    // an in-flight `wgmma` read or written, also through control flow it cannot follow. So,
-    // between an issue and the wait that completes it, nothing touches that product's registers:
-    // the output is rescaled before either product is issued, the softmax works on the second
-    // score array `sn` (completed by `wait_group 1`) and P_{j+1} is packed into `pf` (the
-    // operand of `P_j·V_j`) only after `wait_group 0`. The last tile is peeled off the loop, so
-    // that the loop always has a next tile to issue: an earlier attempt reported C7514 with
-    // `S_{j+1}` under an `if`; ptxas 13.0 accepts that form of this code (checked), but its loop
-    // is longer (877 against 852 SASS instructions at d = 128) and branches on every tile.
-    let mut pf = [[0u32; 4]; PK];
-    let mut alphas = [1.0f32; 2];
-    let tiles = (j_end - j_begin) as usize;
-    // Not in the masked d = 256 instances (the overlap spilled there) nor in the softcap ones
-    // (`SEQ`: with the overlap the softcap's forward ran 15% slower, NOTES v25).
-    let overlap = !(WIN && (D >= 256 || SEQ));
-    if tiles > 0 {
-        let mut sc = [0.0f32; SN];
-        issue_scores!(sc, 0);
-        wgmma::wait::<0>();
-        wgmma::settle(&mut sc);
-        release_k(0);
-        alphas = softmax_tile!(sc, j_begin);
-        pf = pack_p!(sc);
-    }
-    // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
-    // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
-    // the turn to the other, so that one warpgroup's softmax runs while the other's products
-    // occupy the tensor cores (besides its own `P·V`). A warpgroup takes one turn per tile (the
-    // last in the epilogue); warpgroup 0 goes first, and its last turn is taken after the
-    // epilogue.
-    let pingpong = C == 2 && tiles > 0;
-    let (my_turn, other_turn) = (1 + wg, 2 - wg);
-    if pingpong && wg == 1 {
-        named_arrive::<256>(other_turn);
-    }
-    for i in 0..tiles.saturating_sub(1) {
-        if pingpong {
-            named_sync::<256>(my_turn);
         }
-        rescale_o!(alphas);
-        let mut sn = [0.0f32; SN];
-        issue_scores!(sn, i + 1);
-        issue_pv!(pf, i);
-        if pingpong {
-            named_arrive::<256>(other_turn);
+        if !PERSIST {
+            break;
         }
-        // `S_{j+1}` done (groups complete in order), `P_j·V_j` still running. Except in the
-        // masked d = 256 instances: there the score modifiers' and the windows' registers on
-        // top of the output's 128, `P_j`'s 16 and `S_{j+1}`'s 32 spilled (8 bytes), so they
-        // wait for both products here and run the softmax after them, as before the overlap.
-        if overlap {
-            wgmma::wait::<1>();
-        } else {
-            wgmma::wait::<0>();
-        }
-        wgmma::settle(&mut sn);
-        alphas = softmax_tile!(sn, j_begin + i as u32 + 1);
-        // K_{j+1} is released here, after the softmax, and only by a leader whose row sums
-        // are `!(sum < 0)` — every sum is (a sum of exponentials, NaN included), so the test
-        // changes nothing but the schedule: the arrival (an `mbarrier` operation, which ptxas
-        // keeps before the `wait_group 0` that follows it) now depends on every `ex2` of the
-        // tile. ptxas schedules the wait freely among the arithmetic: with the release right
-        // after `wait_group 1` it put `WARPGROUP.DEPBAR.LE gsb0, 0x0` in front of every score's
-        // `MUFU.EX2` (only the row maxima ran under `P_j·V_j`), and with a plain release here
-        // (a branch, which ptxas if-converts) in front of 9 to 32 of them, depending on d.
-        // (The producer needs this K stage again only for tile j + 1 + NS.)
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
-        if sums_done {
-            release_k(i + 1);
-        }
-        wgmma::wait::<0>();
-        finish_pv!(i);
-        pf = pack_p!(sn);
+        ring += tiles;
+        n += 1;
     }
-    if tiles > 0 {
-        let i = tiles - 1;
-        if pingpong {
-            named_sync::<256>(my_turn);
-        }
-        rescale_o!(alphas);
-        issue_pv!(pf, i);
-        if pingpong {
-            named_arrive::<256>(other_turn);
-        }
-        wgmma::wait::<0>();
-        finish_pv!(i);
-    }
-    if pingpong && wg == 0 {
-        // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
-        // ends as it started.
+    if PERSIST && C == 2 && wg == 0 {
+        // Warpgroup 1's last hand-over opened a turn nobody takes (see the ping-pong above).
         named_sync::<256>(my_turn);
-    }
-
-    // Normalise and store: each quad of lanes writes 8 consecutive columns of a row — to O from
-    // registers, or, with `o_map` (`WgmmaConfig::o_by_tma`, outside context-parallel steps),
-    // into the warpgroup's 64 rows of the Q tile (its last `Q·Kᵀ` has completed), 128-byte
-    // swizzled as the map's boxes, from where one thread stores them with TMA (a box a
-    // panel). Each thread's stores then cost shared-memory bandwidth only (conflict-free: the
-    // 32 lanes of a store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores
-    // stalled the warp on their registers and the block's exit on their drain (session 18, ncu:
-    // at N = 1024 a sixth of the kernel's samples).
-    // Row `half`'s state, its sum completed over the quad, and its result. (Macros, as above:
-    // closures here changed the code ptxas got.)
-    macro_rules! finish_row {
-        ($half:expr) => {{
-            let mut st = state[$half];
-            st.sum = shuffle::sum4(st.sum);
-            let res = st.finish(a.scale_log2);
-            (st, res)
-        }};
-    }
-    // A row's log-sum-exp, written by the quad's first lane (`row < len_q`).
-    macro_rules! store_lse {
-        ($row:expr, $lse:expr) => {{
-            if t4 == 0 && a.lse != 0 {
-                let idx = seq.lse_index(a, h, $row);
-                // SAFETY: inside the log-sum-exp output (host sizing).
-                unsafe { global::store_f32(a.lse + 4 * idx, $lse) };
-            }
-        }};
-    }
-    if OTMA && p.o_map != 0 && a.partial_o == 0 {
-        for half in 0..2 {
-            let (_, res) = finish_row!(half);
-            // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
-            let r = warp_in_wg * 16 + g + 8 * half as u32;
-            for (panel, op) in o.iter().enumerate() {
-                for dt in 0..8 {
-                    let x = [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
-                    // Row r of the panel; its 16-byte chunk dt swizzled by r mod 8 = g.
-                    let at = q_tile + panel as u32 * q_panel_bytes + 128 * r + 16 * (dt as u32 ^ g) + 4 * t4;
-                    // SAFETY: inside the warpgroup's rows of the Q tile, which no product
-                    // reads any more; 4-byte aligned.
-                    unsafe { shared::store_u32(at, E::pack(x[0], x[1])) };
-                }
-            }
-            let row = m0 + wg * 64 + r;
-            if row < seq.len_q {
-                store_lse!(row, res.lse);
-            }
-        }
-        // The rows visible to the async proxy, then the warpgroup's (named barrier 3 + wg: 1
-        // and 2 are the ping-pong's turns).
-        wgmma::fence_proxy_async_shared();
-        named_sync::<128>(3 + wg);
-        if leader {
-            let at = [(seq.q_start + (m0 + 64 * wg) as u64) as i32, h as i32, seq.batch as i32];
-            // SAFETY: the map is valid (host: O's layout, boxes of 64 columns × 64 rows); each
-            // panel's rows are 1024-byte aligned, written and fenced above; the block's shared
-            // memory stays until the wait below has seen the copies read it.
-            unsafe {
-                for panel in 0..DP as u32 {
-                    tma::store_4d(
-                        q_tile + panel * q_panel_bytes,
-                        p.o_map,
-                        [(64 * panel) as i32, at[0], at[1], at[2]],
-                    );
-                }
-            }
-            tma::bulk_commit();
-            tma::bulk_wait_read::<0>();
-        }
-        return;
-    }
-    let d = a.head_dim;
-    for half in 0..2 {
-        let (st, res) = finish_row!(half);
-        let row = m0 + wg * 64 + warp_in_wg * 16 + g + 8 * half as u32;
-        if row >= seq.len_q {
-            continue;
-        }
-        if a.partial_o != 0 {
-            // A step of context-parallel attention: this launch's row, merged with the running
-            // result of earlier steps (f32, in the partial rows) by log-sum-exp, goes back there,
-            // or, at the row's last contribution, to O and the log-sum-exp.
-            let idx = seq.lse_index(a, h, row);
-            let part_row = a.partial_o + 4 * idx * d as u64;
-            let (mut w_prev, mut w_cur, mut lse) = (0.0f32, res.inv_sum, res.lse);
-            if p.merge != 0 {
-                // SAFETY: row `idx` of the partial log-sum-exps, written by an earlier step.
-                let prev = unsafe { global::load_f32_rw(a.partial_lse + 4 * idx) };
-                let mut merge = SplitMerge::new();
-                merge.see(prev);
-                merge.see(res.lse);
-                let (wp, wc) = (merge.weight(prev), merge.weight(res.lse));
-                let fin = merge.finish(wp + wc);
-                (w_prev, w_cur, lse) = (wp * fin.inv_sum, wc * fin.inv_sum * res.inv_sum, fin.lse);
-            }
-            let last = row < p.final_rows;
-            if t4 == 0 {
-                let at = if last { a.lse } else { a.partial_lse };
-                if at != 0 {
-                    // SAFETY: row `idx` of the log-sum-exp output or of the partial ones (host
-                    // sizing).
-                    unsafe { global::store_f32(at + 4 * idx, lse) };
-                }
-            }
-            let o_row = a.o + 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
-            for (panel, op) in o.iter().enumerate() {
-                for dt in 0..8 {
-                    let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
-                    if col < d {
-                        let mut x = [op[4 * dt + 2 * half] * w_cur, op[4 * dt + 2 * half + 1] * w_cur];
-                        if p.merge != 0 {
-                            // SAFETY: columns col, col + 1 < d of partial row `idx`, 8-byte
-                            // aligned, written by an earlier step; only this lane rewrites them.
-                            let y = unsafe { global::load_f32x2_rw(part_row + 4 * col as u64) };
-                            x = [fma(y[0], w_prev, x[0]), fma(y[1], w_prev, x[1])];
-                        }
-                        if last {
-                            // SAFETY: row < len_q, columns col, col + 1 < d: inside O, 4-byte
-                            // aligned.
-                            unsafe { global::store_u32(o_row + 2 * col as u64, E::pack(x[0], x[1])) };
-                        } else {
-                            // SAFETY: as for the load (host sizing).
-                            unsafe { global::store_f32x2(part_row + 4 * col as u64, x) };
-                        }
-                    }
-                }
-            }
-            continue;
-        }
-        store_lse!(row, res.lse);
-        if TRAIN && t4 == 0 {
-            // What the backward recomputes the probabilities from in one FMA,
-            // `2^(s·scale_log2 + offset)/ℓ'`: the offset `−round(m·scale_log2)` is off from the
-            // exact `−m·scale_log2` by `δ = fma(m, scale_log2, offset)` (exact), which scales
-            // every such probability by `2^δ`, so `ℓ' = ℓ·2^δ`. With `|m·scale_log2| ≥`
-            // [`FUSED_LIMIT`] (`2^δ` could overflow) the offset is NaN: the backward then
-            // recomputes the row from its keys.
-            let step = st.current(a.scale_log2);
-            let (offset, l) = if st.max == f32::NEG_INFINITY {
-                (0.0, 0.0)
-            } else if st.max.abs() < max_fused {
-                (step.neg_max_scaled, st.sum * exp2(fma(st.max, a.scale_log2, step.neg_max_scaled)))
-            } else {
-                (f32::NAN, st.sum)
-            };
-            let idx = seq.lse_index(a, h, row);
-            // SAFETY: row `idx` of the residual rows (host sizing: one per log-sum-exp row), 8-byte
-            // aligned.
-            unsafe { global::store_f32x2(p.residual_rows + 8 * idx, [offset, l]) };
-        }
-        let o_offset = 2 * seq.offset(&a.o_strides, seq.q_start, row, h);
-        let row_addr = a.o + o_offset;
-        for (panel, op) in o.iter().enumerate() {
-            for dt in 0..8 {
-                let col = (WGMMA_PANEL as usize * panel + 8 * dt) as u32 + 2 * t4;
-                if col < d {
-                    let x = [op[4 * dt + 2 * half] * res.inv_sum, op[4 * dt + 2 * half + 1] * res.inv_sum];
-                    let packed = E::pack(x[0], x[1]);
-                    // SAFETY: row < len_q, columns col, col + 1 < d (d is a multiple of 8): inside
-                    // O, 4-byte aligned.
-                    unsafe { global::store_u32(row_addr + 2 * col as u64, packed) };
-                    if TRAIN {
-                        // O's residual: what rounding to the storage type dropped.
-                        let hi = E::unpack(packed);
-                        let lo = E::pack(x[0] - hi[0], x[1] - hi[1]);
-                        // SAFETY: as for O: `o_lo` has O's layout (host validation).
-                        unsafe { global::store_u32(p.o_lo + o_offset + 2 * col as u64, lo) };
-                    }
-                }
-            }
-        }
     }
 }
 
 /// One exported entry per instance of [`crate::for_each_wgmma_instance!`] and element type.
 macro_rules! wgmma_entries {
-    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt))*) => {
-        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s, $win, $train);
-           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s, $win, $train); )*
+    (() $(($d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt, $persist:tt))*) => {
+        $( wgmma_entries!(@one F16, "f16", $d, $m, $n, $s, $win, $train, $persist);
+           wgmma_entries!(@one Bf16, "bf16", $d, $m, $n, $s, $win, $train, $persist); )*
     };
-    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt) => {
+    (@one $elem:ty, $dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt,
+     $persist:tt) => {
         const _: () = {
             /// Hopper flash-attention forward kernel (see the module docs).
             ///
             /// # Safety
             /// See [`flash_fwd_wgmma`].
-            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win, $train))]
+            #[unsafe(export_name = crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win, $train, $persist))]
             pub unsafe extern "ptx-kernel" fn entry(p: WgmmaParams) {
                 const C: WgmmaConfig = WgmmaConfig {
                     head_dim: $d, block_m: $m, block_n: $n, stages: $s, window: $win, train: $train,
+                    persistent: $persist,
                 };
                 // SAFETY: forwarded contract.
                 unsafe {
@@ -838,6 +953,7 @@ macro_rules! wgmma_entries {
                         { C.window == 2 },
                         { C.train != 0 },
                         { C.o_by_tma() },
+                        { C.persistent != 0 },
                     >(&p)
                 }
             }
