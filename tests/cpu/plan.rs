@@ -885,7 +885,10 @@ fn hopper_takes_a_persistent_grid_where_tiles_cost_the_same() {
         assert!(p.method == Method::FlashHopper && !persistent(&p), "d{d}: {p}");
         assert_eq!(p.main_launch().unwrap().grid, (8, 16, 16), "{p}");
         // A window or a modifier: the masked instances.
-        let w = AttentionOptions { window: flashattn::Window { left: Some(64), right: None }, ..Default::default() };
+        let w = AttentionOptions {
+            window: flashattn::Window { left: Some(64), right: None },
+            ..Default::default()
+        };
         let p = plan(&h200, DType::BF16, &problem(l, l, &w), &w).unwrap();
         assert!(p.method == Method::FlashHopper && !persistent(&p), "d{d}: {p}");
     }

@@ -198,7 +198,9 @@ fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
         let case = Case::<T>::random(&mut case_rng(), s);
         let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
         let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
-        if !plan.kernel().ends_with("_persistent") || !plan.why.iter().any(|w| w.starts_with("persistent grid")) {
+        if !plan.kernel().ends_with("_persistent")
+            || !plan.why.iter().any(|w| w.starts_with("persistent grid"))
+        {
             return Err(format!("not the persistent grid: {plan}\n{case}"));
         }
         if !run_and_check(dev, &case, Method::FlashHopper)? {

@@ -174,11 +174,18 @@ unsafe fn zero_borrowed_rows<
 
 /// The key tiles of a query tile (`m0 < len_q`): `[first, end)` of `BN`-key tiles; with a
 /// window (`WIN`), from the tile holding its first row's first key to the one holding its last
-/// row's last key (tiles outside every row's window are never loaded).
+/// row's last key (tiles outside every row's window are never loaded). (`causal`: the kernel's
+/// mask, false in persistent instances.)
 #[inline(always)]
-fn key_tiles<const WIN: bool>(p: &WgmmaParams, seq: &SeqView, m0: u32, bm: u32, bn: u32) -> (u32, u32) {
+fn key_tiles<const WIN: bool>(
+    p: &WgmmaParams,
+    seq: &SeqView,
+    m0: u32,
+    bm: u32,
+    bn: u32,
+    causal: bool,
+) -> (u32, u32) {
     let a = &p.attn;
-    let causal = a.causal != 0;
     let row_end = (m0 + bm).min(seq.len_q);
     if WIN {
         let n_end = mask::row_key_end(row_end - 1, seq.len_q, seq.len_k, causal, a.window_right);
@@ -235,9 +242,15 @@ unsafe fn flash_fwd_wgmma<
         unsafe { core::arch::nvptx::trap() }
     }
     let a = &p.attn;
+    if PERSIST && (a.causal != 0 || a.cu_seqlens_q != 0) {
+        // Persistent instances run fixed-length problems without a causal mask (the host's
+        // rule): what follows takes both for granted. A launch error, not wrong rows.
+        // SAFETY: `trap` aborts the launch.
+        unsafe { core::arch::nvptx::trap() }
+    }
     let tid = thread_x();
     let (h, z) = (block_y(), block_z());
-    let causal = a.causal != 0;
+    let causal = !PERSIST && a.causal != 0;
     let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(a, z) };
@@ -245,32 +258,31 @@ unsafe fn flash_fwd_wgmma<
     if !PERSIST && m0 >= seq.len_q {
         return;
     }
-    let keys = key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32);
-    // The block's query tile `n` (0, 1, …) as (head, sequence, first row, key tiles): the grid's own (block
-    // x, y, z above) alone, or, in a persistent instance (a grid of about one block an SM,
-    // `WgmmaParams::tiles`), tiles `x, x + grid, x + 2·grid, …` of all the (head, sequence)
-    // pairs' query tiles, numbered query tile first (`tiles_m` a pair), then head, then
-    // sequence. The producer and the consumers walk the same tiles.
-    let tile_at = |n: u32| -> Option<(u32, SeqView, u32, (u32, u32))> {
+    let keys = key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32, causal);
+    // The block's query tiles. One-tile instances: the grid's own (block x, y, z above), once.
+    // Persistent instances (a grid of about one block an SM, `WgmmaParams::tiles`): tiles
+    // `t = x, x + grid, x + 2·grid, …` of all the (head, sequence) pairs' query tiles, numbered
+    // query tile first (`tiles_m` a pair), then head, then sequence; the producer and the
+    // consumers walk the same. (head, sequence, first row, key tiles) of tile `t`; with `fresh`
+    // (the producer) the parameters it derives them from are read again each tile (`opaque`):
+    // kept across the walk, they spilled from the producer's 24 registers.
+    let tile_of = |t: u32, fresh: bool| -> (u32, SeqView, u32, (u32, u32)) {
         if PERSIST {
-            let t = block_x() + n * grid_dim_x();
-            if t >= p.tiles {
-                return None;
-            }
+            let param = |x: u32| if fresh { opaque(x) } else { x };
             // (`max(1)`: no division that can fail; the host sets both.)
-            let (tiles_m, heads) = (p.tiles_m.max(1), a.heads_q.max(1));
+            let (tiles_m, heads) = (param(p.tiles_m).max(1), param(a.heads_q).max(1));
             let hz = t / tiles_m;
             // (Fixed-length batches only, host: `SeqView::of` without its offsets' branch.)
-            let (len_q, len_k) = (a.seqlen_q, a.seqlen_k);
+            let (len_q, len_k) = (param(a.seqlen_q), param(a.seqlen_k));
             let seq = SeqView { batch: (hz / heads) as u64, q_start: 0, k_start: 0, len_q, len_k };
             let m0 = (t - hz * tiles_m) * BM as u32;
-            Some((hz % heads, seq, m0, key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32)))
-        } else if n == 0 {
-            Some((h, seq, m0, keys))
+            (hz % heads, seq, m0, key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32, causal))
         } else {
-            None
+            (h, seq, m0, keys)
         }
     };
+    // The first tile, the walk's end and step (one tile without `PERSIST`).
+    let (first_t, t_end, t_step) = if PERSIST { (block_x(), p.tiles, grid_dim_x()) } else { (0, 1, 1) };
     let base = S::<D, BM, BN, NS>::base();
 
     if tid == 0 {
@@ -310,11 +322,15 @@ unsafe fn flash_fwd_wgmma<
         let varlen = !PERSIST && a.cu_seqlens_q != 0;
         let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
         let tile_bytes = |rows: usize| (2 * rows * D) as u32;
-        // K/V tiles issued for the block's earlier query tiles (the ring runs on from one query
-        // tile to the next), and those query tiles.
-        let (mut ring, mut n) = (0u32, 0u32);
+        // The block's query tiles walked so far, `n` (see the consumers' loop).
+        let mut n = 0u32;
         loop {
-            let Some((h, seq, m0, (j_begin, j_end))) = tile_at(n) else { break };
+            let t = first_t + n * t_step;
+            if t >= t_end {
+                break;
+            }
+            let (h, seq, m0, (j_begin, j_end)) = tile_of(t, true);
+            let ring = n * (j_end - j_begin);
             let kv_h = h / a.group.max(1);
             let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
             // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
@@ -389,10 +405,6 @@ unsafe fn flash_fwd_wgmma<
                     }
                 }
             }
-            if !PERSIST {
-                break;
-            }
-            ring += j_end - j_begin;
             n += 1;
         }
         return;
@@ -416,10 +428,24 @@ unsafe fn flash_fwd_wgmma<
     if PERSIST && C == 2 && wg == 1 {
         named_arrive::<256>(other_turn);
     }
-    // K/V tiles consumed for the block's earlier query tiles (the ring runs on), and those tiles.
-    let (mut ring, mut n) = (0usize, 0u32);
+    // The block's query tiles walked so far, `n`: its tile `t`, the K/V ring's position at its
+    // start (the ring runs on from one query tile to the next; every query tile of a persistent
+    // grid has the same key tiles, so `n` times them: one register carried, not three, which
+    // d = 128 spilled) and the parity of its Q's barrier.
+    let mut n = 0u32;
     loop {
-        let Some((h, seq, m0, (j_begin, j_end))) = tile_at(n) else { break };
+        let t = first_t + n * t_step;
+        if t >= t_end {
+            break;
+        }
+        if PERSIST {
+            // The warp is converged here: without this ptxas treated the loop's code as possibly
+            // divergent and kept none of it on the uniform datapath (the products' descriptors
+            // in ordinary registers: +8 to +12% time at N ≥ 8192, session 19).
+            shuffle::sync_warp();
+        }
+        let (h, seq, m0, (j_begin, j_end)) = tile_of(t, false);
+        let ring = n * (j_end - j_begin);
         // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
         // some row of the block does not see: only those are masked.
         let (free_end, free_begin) = if WIN {
@@ -633,10 +659,10 @@ unsafe fn flash_fwd_wgmma<
         let overlap = !(WIN && (D >= 256 || SEQ));
         if tiles > 0 {
             let mut sc = [0.0f32; SN];
-            issue_scores!(sc, ring);
+            issue_scores!(sc, ring as usize);
             wgmma::wait::<0>();
             wgmma::settle(&mut sc);
-            release_k(ring);
+            release_k(ring as usize);
             alphas = softmax_tile!(sc, j_begin);
             pf = pack_p!(sc);
         }
@@ -660,8 +686,8 @@ unsafe fn flash_fwd_wgmma<
             }
             rescale_o!(alphas);
             let mut sn = [0.0f32; SN];
-            issue_scores!(sn, ring + i + 1);
-            issue_pv!(pf, ring + i);
+            issue_scores!(sn, ring as usize + i + 1);
+            issue_pv!(pf, ring as usize + i);
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
@@ -688,10 +714,10 @@ unsafe fn flash_fwd_wgmma<
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
             if sums_done {
-                release_k(ring + i + 1);
+                release_k(ring as usize + i + 1);
             }
             wgmma::wait::<0>();
-            finish_pv!(ring + i);
+            finish_pv!(ring as usize + i);
             pf = pack_p!(sn);
         }
         if PERSIST && leader {
@@ -705,12 +731,12 @@ unsafe fn flash_fwd_wgmma<
                 named_sync::<256>(my_turn);
             }
             rescale_o!(alphas);
-            issue_pv!(pf, ring + i);
+            issue_pv!(pf, ring as usize + i);
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
             wgmma::wait::<0>();
-            finish_pv!(ring + i);
+            finish_pv!(ring as usize + i);
         }
         if !PERSIST && pingpong && wg == 0 {
             // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
@@ -906,10 +932,6 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if !PERSIST {
-            break;
-        }
-        ring += tiles;
         n += 1;
     }
     if PERSIST && C == 2 && wg == 0 {
