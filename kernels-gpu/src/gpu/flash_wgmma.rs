@@ -223,6 +223,7 @@ unsafe fn flash_fwd_wgmma<
     const TRAIN: bool,
     const OTMA: bool,
     const PERSIST: bool,
+    const OWN_O: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -263,12 +264,12 @@ unsafe fn flash_fwd_wgmma<
     // Persistent instances (a grid of about one block an SM, `WgmmaParams::tiles`): tiles
     // `t = x, x + grid, x + 2·grid, …` of all the (head, sequence) pairs' query tiles, numbered
     // query tile first (`tiles_m` a pair), then head, then sequence; the producer and the
-    // consumers walk the same. (head, sequence, first row, key tiles) of tile `t`; with `fresh`
-    // (the producer) the parameters it derives them from are read again each tile (`opaque`):
-    // kept across the walk, they spilled from the producer's 24 registers.
-    let tile_of = |t: u32, fresh: bool| -> (u32, SeqView, u32, (u32, u32)) {
+    // consumers walk the same. (head, sequence, first row, key tiles) of tile `t`, from the
+    // parameters read again each tile (`opaque`): kept across the walk, they spilled from the
+    // producer's 24 registers and, at d = 256, from the consumers'.
+    let tile_of = |t: u32| -> (u32, SeqView, u32, (u32, u32)) {
         if PERSIST {
-            let param = |x: u32| if fresh { opaque(x) } else { x };
+            let param = opaque;
             // (`max(1)`: no division that can fail; the host sets both.)
             let (tiles_m, heads) = (param(p.tiles_m).max(1), param(a.heads_q).max(1));
             let hz = t / tiles_m;
@@ -329,7 +330,7 @@ unsafe fn flash_fwd_wgmma<
             if t >= t_end {
                 break;
             }
-            let (h, seq, m0, (j_begin, j_end)) = tile_of(t, true);
+            let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
             let ring = n * (j_end - j_begin);
             let kv_h = h / a.group.max(1);
             let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
@@ -423,7 +424,7 @@ unsafe fn flash_fwd_wgmma<
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
     // Where the epilogue stages the warpgroup's output rows for their TMA stores: its rows of the
     // Q tile, or of the output tile in a persistent block.
-    let o_tile = if PERSIST { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
+    let o_tile = if OWN_O { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if PERSIST && C == 2 && wg == 1 {
         named_arrive::<256>(other_turn);
@@ -444,7 +445,7 @@ unsafe fn flash_fwd_wgmma<
             // in ordinary registers: +8 to +12% time at N ≥ 8192, session 19).
             shuffle::sync_warp();
         }
-        let (h, seq, m0, (j_begin, j_end)) = tile_of(t, false);
+        let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
         let ring = n * (j_end - j_begin);
         // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
         // some row of the block does not see: only those are masked.
@@ -720,7 +721,7 @@ unsafe fn flash_fwd_wgmma<
             finish_pv!(ring as usize + i);
             pf = pack_p!(sn);
         }
-        if PERSIST && leader {
+        if PERSIST && OWN_O && leader {
             // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q.
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
@@ -932,6 +933,12 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
+        if PERSIST && !OWN_O && leader {
+            // Without an output tile (d = 256: it would not fit) the output was staged in the Q
+            // tile, and its stores have read it (the leader waited): the next Q may land.
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
+        }
         n += 1;
     }
     if PERSIST && C == 2 && wg == 0 {
@@ -976,6 +983,7 @@ macro_rules! wgmma_entries {
                         { C.train != 0 },
                         { C.o_by_tma() },
                         { C.persistent != 0 },
+                        { C.output_tile_bytes() > 0 },
                     >(&p)
                 }
             }
