@@ -614,7 +614,7 @@ pub struct WgmmaConfig {
     /// a grid of about one block an SM (`WgmmaParams::tiles`), each block walks query tiles one
     /// after the other, its producer loading the next tile's Q and K/V while the consumers
     /// finish the current one (its last `P·V`, the epilogue), and its output staged in a tile of
-    /// its own where one fits ([`WgmmaConfig::output_tile_bytes`]). For fixed-length problems
+    /// its own ([`WgmmaConfig::output_tile_bytes`]). For fixed-length problems
     /// without a causal mask (every query tile the same work; the planner's
     /// [`wgmma_persistent`]). 0: one query tile a block.
     pub persistent: u32,
@@ -659,7 +659,7 @@ impl WgmmaConfig {
     /// tile.
     pub const fn shared_bytes(&self) -> u32 {
         let end = self.tile_bytes(self.block_m) + 2 * self.stages * self.tile_bytes(self.block_n);
-        if self.output_tile_bytes() > 0 {
+        if self.persistent != 0 {
             1024 + (end + self.barrier_bytes()).next_multiple_of(1024) + self.output_tile_bytes()
         } else {
             1024 + end + self.barrier_bytes()
@@ -671,12 +671,9 @@ impl WgmmaConfig {
         8 * (2 + 4 * self.stages + self.persistent)
     }
 
-    /// Bytes of a persistent instance's output tile (the Q tile's layout), 0 for the others
-    /// and for head dims above 192, whose output tile would not fit beside the rest (d = 256:
-    /// 64 KiB more than 193 KiB): those stage their output in the Q tile, and the next query
-    /// tile's Q lands once its stores have read it.
+    /// Bytes of a persistent instance's output tile (the Q tile's layout), 0 for the others.
     pub const fn output_tile_bytes(&self) -> u32 {
-        if self.persistent != 0 && self.head_dim <= 192 { self.tile_bytes(self.block_m) } else { 0 }
+        if self.persistent != 0 { self.tile_bytes(self.block_m) } else { 0 }
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).
@@ -694,7 +691,11 @@ impl WgmmaConfig {
             && self.stages >= 1
             && self.window <= 2
             && self.train <= 1
-            && (self.persistent == 0 || (self.persistent == 1 && self.window == 0 && self.train == 0))
+            // (Persistent: plain inference instances whose output tile fits beside the rest, d ≤
+            // 192. At d = 256 a variant staging its output in the Q tile ran 2–4% slower than the
+            // one-tile instance at N ≥ 4096, session 19 `call5`: not instantiated.)
+            && (self.persistent == 0
+                || (self.persistent == 1 && self.window == 0 && self.train == 0 && self.head_dim <= 192))
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }

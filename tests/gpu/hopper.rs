@@ -170,7 +170,7 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
 /// without a causal mask, window or modifier, with more query tiles than the device has SMs —
 /// one tile more (a single block walks two), and several tiles a block with partial last query
 /// and key tiles, Nq ≠ Nk both ways, GQA and MQA, both memory orders and 16-byte gaps, padded
-/// head dims of each instance (d = 256's stages its output in the Q tile), large logits. The plan must say it runs the persistent grid.
+/// head dims of each instance, large logits. The plan must say it runs the persistent grid.
 fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
     use LayoutKind::{Aligned, Bhsd, Bshd};
     if !on_hopper(dev)? {
@@ -187,16 +187,13 @@ fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
         spec(batch(3, 129, 513), heads(3, 129, 1), heads(3, 129, 1), 40, false, Aligned),
         spec(batch(1, 256, 333), heads(1, 256, 1), 1, 96, false, Bhsd),
         spec(batch(1, 100, 257), heads(1, 100, 2), heads(1, 100, 2) / 2, 160, false, Aligned),
-        spec(batch(2, 200, 150), heads(2, 200, 1), heads(2, 200, 1), 256, false, Bshd),
-        spec(batch(1, 130, 70), heads(1, 130, 1), heads(1, 130, 1), 224, false, Bhsd),
     ];
     let mut large = spec(batch(2, 300, 250), heads(2, 300, 1), heads(2, 300, 1), 128, false, Bshd);
     large.values = Values::LargeLogits;
     specs.push(large);
     if small() {
-        // (d = 64, 128 and 256, the last staging its output in the Q tile.)
-        specs =
-            specs.into_iter().enumerate().filter(|(i, _)| [0, 1, 6].contains(i)).map(|(_, s)| s).collect();
+        // (One case of each instance: d = 64, 128, 192.)
+        specs.truncate(3);
     }
     for s in &specs {
         let case = Case::<T>::random(&mut case_rng(), s);

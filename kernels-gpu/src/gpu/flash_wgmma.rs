@@ -223,7 +223,6 @@ unsafe fn flash_fwd_wgmma<
     const TRAIN: bool,
     const OTMA: bool,
     const PERSIST: bool,
-    const OWN_O: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -424,7 +423,7 @@ unsafe fn flash_fwd_wgmma<
     let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
     // Where the epilogue stages the warpgroup's output rows for their TMA stores: its rows of the
     // Q tile, or of the output tile in a persistent block.
-    let o_tile = if OWN_O { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
+    let o_tile = if PERSIST { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if PERSIST && C == 2 && wg == 1 {
         named_arrive::<256>(other_turn);
@@ -721,7 +720,7 @@ unsafe fn flash_fwd_wgmma<
             finish_pv!(ring as usize + i);
             pf = pack_p!(sn);
         }
-        if PERSIST && OWN_O && leader {
+        if PERSIST && leader {
             // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q.
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
@@ -933,12 +932,6 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if PERSIST && !OWN_O && leader {
-            // Without an output tile (d = 256: it would not fit) the output was staged in the Q
-            // tile, and its stores have read it (the leader waited): the next Q may land.
-            // SAFETY: an initialised barrier (persistent instances).
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
-        }
         n += 1;
     }
     if PERSIST && C == 2 && wg == 0 {
@@ -983,7 +976,6 @@ macro_rules! wgmma_entries {
                         { C.train != 0 },
                         { C.o_by_tma() },
                         { C.persistent != 0 },
-                        { C.output_tile_bytes() > 0 },
                     >(&p)
                 }
             }
