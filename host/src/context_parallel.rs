@@ -675,6 +675,8 @@ pub struct StepLaunch {
     pub work: StepWork,
     /// The kernel it runs.
     pub method: Method,
+    /// The entry name of its main kernel (`Plan::kernel`).
+    pub kernel: &'static str,
     /// The first partial slot it writes, and how many (the kernel's splits).
     pub slots: Range<usize>,
     /// Running merge (every launch on the Hopper kernel): whether its rows have a running result
@@ -729,6 +731,7 @@ pub fn plan_launches(
                         step,
                         work: w.clone(),
                         method: l.plan.method,
+                        kernel: l.plan.kernel(),
                         slots: l.first_slot..l.first_slot + l.plan.splits.max(1),
                         merge: l.merge,
                         final_rows: l.final_rows,
@@ -774,6 +777,9 @@ fn plan_steps(
                 let o_opts = AttentionOptions { causal: w.causal, ..step_opts.clone() };
                 let sub = Problem::new(q, k, k, o, lens, &o_opts)?;
                 let mut plan = crate::plan::plan(props, dtype, &sub, &o_opts)?;
+                // (One query tile a block: the persistent Hopper instances' partial rows are not
+                // covered by their tests, which need two GPUs.)
+                plan = crate::plan::one_tile_per_block(props, &sub, plan)?;
                 if plan.method == Method::FlashTensorCore {
                     // The `mma.sync` kernel writes partial results only when it splits the
                     // keys: two splits, two slots.

@@ -525,10 +525,8 @@ pub fn plan_for_backward(
     problem: &Problem,
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
-    let mut plan = plan(props, dtype, problem, opts)?;
-    // (The training instances run one query tile a block: a persistent plan's grid goes back to
-    // the problem's tiles.)
-    let grid = |c: &flashattn_kernels::config::WgmmaConfig| flash_grid(plan.method, problem, c.block_m, 1);
+    // (The training instances run one query tile a block.)
+    let mut plan = one_tile_per_block(props, problem, plan(props, dtype, problem, opts)?)?;
     let training = plan.launches.iter().enumerate().find_map(|(at, l)| match l.kernel?.info().family {
         Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
             let t = wgmma_train(problem.head_dim() as u32, WGMMA_CONFIGS[i].window)?;
@@ -536,18 +534,15 @@ pub fn plan_for_backward(
             let same =
                 (a.head_dim, a.block_m, a.block_n, a.stages) == (b.head_dim, b.block_m, b.block_n, b.stages);
             let kernel = kernel_on(plan.method, props, Family::FlashWgmma(e, t)).ok()?;
-            let grid = grid(&b).ok()?;
-            same.then_some((at, kernel, grid, b.shared_bytes()))
+            same.then_some((at, kernel, b.shared_bytes()))
         }
         _ => None,
     });
-    if let Some((at, kernel, grid, shared_bytes)) = training {
+    if let Some((at, kernel, shared_bytes)) = training {
         let launch = &mut plan.launches[at];
         launch.kernel = Some(kernel);
         launch.kind = LaunchKind::Kernel(kernel.name());
-        launch.grid = grid;
         launch.shared_bytes = shared_bytes;
-        plan.why.retain(|w| !w.starts_with(PERSISTENT_WHY));
         plan.residuals = true;
         plan.why.push(
             "training instance: probabilities as 2^((s − max)·scale) (a row's largest exactly 1), and O's \
@@ -561,6 +556,37 @@ pub fn plan_for_backward(
              40–128 masked), so the backward makes its pass over the keys from the log-sum-exp"
                 .into(),
         );
+    }
+    Ok(plan)
+}
+
+/// `plan` with a persistent Hopper instance ([`WgmmaConfig::persistent`]) swapped for its
+/// one-tile twin (same tiles) on the problem's own grid: for the training forward (its instances
+/// run one query tile a block) and for the steps of context-parallel attention (they write
+/// partial rows, which the persistent instances' GPU tests do not cover: they need two GPUs).
+/// Other plans come back as they are.
+pub(crate) fn one_tile_per_block(
+    props: &DeviceProps,
+    problem: &Problem,
+    mut plan: Plan,
+) -> Result<Plan, InvalidInput> {
+    let method = plan.method;
+    for launch in &mut plan.launches {
+        let Some(Family::FlashWgmma(e, i)) = launch.kernel.map(|k| k.info().family) else { continue };
+        if WGMMA_CONFIGS[i].persistent == 0 {
+            continue;
+        }
+        let Some(t) = wgmma_default(problem.head_dim() as u32) else { continue };
+        let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
+        if (a.head_dim, a.block_m, a.block_n, a.stages) != (b.head_dim, b.block_m, b.block_n, b.stages) {
+            continue;
+        }
+        let kernel = kernel_on(method, props, Family::FlashWgmma(e, t))?;
+        launch.kernel = Some(kernel);
+        launch.kind = LaunchKind::Kernel(kernel.name());
+        launch.grid = flash_grid(method, problem, b.block_m, 1)?;
+        launch.shared_bytes = b.shared_bytes();
+        plan.why.retain(|w| !w.starts_with(PERSISTENT_WHY));
     }
     Ok(plan)
 }

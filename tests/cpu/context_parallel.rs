@@ -227,6 +227,16 @@ fn launch_plan_merges_every_row_once() {
             }
             assert!(finals.iter().all(|&f| f == 1), "rank {rank}: every row written to O once: {finals:?}");
         }
+        // Steps large enough for the Hopper kernel's persistent grid (more query tiles than SMs,
+        // non-causal steps among them) still run one query tile a block: the persistent
+        // instances' partial rows are not covered by their tests, which need two GPUs.
+        let (bq, bkv) = (Layout::bshd(2, 3 * 4096, 16, 128), Layout::bshd(2, 3 * 4096, 16, 128));
+        let big = plan_launches(&DeviceProps::h200(), DType::BF16, ranks, bq, bkv, bq, &opts).unwrap();
+        let kernels: Vec<_> = big.per_rank.iter().flatten().map(|l| l.kernel).collect();
+        assert!(
+            kernels.iter().all(|k| k.starts_with("flash_fwd_wgmma") && !k.ends_with("_persistent")),
+            "{kernels:?}"
+        );
         let a100 = plan_launches(&DeviceProps::a100(), DType::BF16, ranks, q, kv, q, &opts).unwrap();
         assert!(!a100.running_merge);
         assert!(
