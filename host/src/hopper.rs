@@ -138,6 +138,13 @@ impl Device {
             _ => return Ok(()),
         };
         let config = WGMMA_CONFIGS[index];
+        if config.persistent != 0 && (io.partial.is_some() || io.o % 16 != 0) {
+            // A persistent instance stores its output by TMA; one that could not (partial rows,
+            // or O at an address TMA does not take) would store it from registers, a path their
+            // GPU tests do not reach: such calls run one query tile a block.
+            let plan = crate::plan::one_tile_per_block(self.props(), problem, plan.clone())?;
+            return self.run_wgmma(stream, dtype, problem, io, &plan);
+        }
         let mut maps = vec![
             encode(dtype, io.q, problem.q(), config.block_m)?,
             encode(dtype, io.k, problem.k(), config.block_n)?,
