@@ -114,10 +114,11 @@ fn encode(dtype: DType, address: u64, layout: &Layout, rows: u32) -> Result<sys:
 }
 
 /// The query tiles of a forward on the Hopper kernel: `block_m`-row tiles of the longest
-/// sequence, for every (head, sequence) pair — a persistent grid's work
-/// (`WgmmaParams::tiles`).
-pub(crate) fn query_tiles(problem: &Problem, block_m: u32) -> u64 {
-    problem.max_lens().0.div_ceil(block_m as usize) as u64 * problem.q().heads as u64 * problem.batch() as u64
+/// sequence, those of one (head, sequence) pair and those of all pairs — a persistent grid's
+/// work (`WgmmaParams::tiles_m`, `tiles`).
+pub(crate) fn query_tiles(problem: &Problem, block_m: u32) -> (u64, u64) {
+    let per_pair = problem.max_lens().0.div_ceil(block_m as usize) as u64;
+    (per_pair, per_pair * problem.q().heads as u64 * problem.batch() as u64)
 }
 
 impl Device {
@@ -138,6 +139,7 @@ impl Device {
             _ => return Ok(()),
         };
         let config = WGMMA_CONFIGS[index];
+        let (tiles_m, tiles) = query_tiles(problem, config.block_m);
         if config.persistent != 0 && (io.partial.is_some() || io.o % 16 != 0) {
             // A persistent instance stores its output by TMA; one that could not (partial rows,
             // or O at an address TMA does not take) would store it from registers, a path their
@@ -181,8 +183,8 @@ impl Device {
             residual_rows: io.residuals.map_or(0, |r| r.1),
             o_map: if o_by_tma { maps + 3 * TENSOR_MAP_BYTES } else { 0 },
             // A persistent instance's work (the planner gave it a grid of one block an SM).
-            tiles: if config.persistent != 0 { query_tiles(problem, config.block_m) as u32 } else { 0 },
-            tiles_m: problem.max_lens().0.div_ceil(config.block_m as usize) as u32,
+            tiles: if config.persistent != 0 { tiles as u32 } else { 0 },
+            tiles_m: tiles_m as u32,
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

@@ -560,6 +560,9 @@ pub fn plan_for_backward(
     Ok(plan)
 }
 
+/// How the plan's reason for a persistent Hopper grid begins.
+const PERSISTENT_WHY: &str = "persistent grid";
+
 /// `plan` with a persistent Hopper instance ([`WgmmaConfig::persistent`]) swapped for its
 /// one-tile twin (same tiles) on the problem's own grid: for the training forward (its instances
 /// run one query tile a block) and for the steps of context-parallel attention (they write
@@ -998,9 +1001,6 @@ fn plan_mma(
 /// sliding window or score modifiers), on sm_90a, for fixed-length and variable-length batches
 /// without split-KV,
 /// with strides TMA can describe (16-byte multiples).
-/// How the plan's reason for a persistent Hopper grid begins.
-const PERSISTENT_WHY: &str = "persistent grid";
-
 fn plan_wgmma(
     props: &DeviceProps,
     dtype: DType,
@@ -1043,7 +1043,7 @@ fn plan_wgmma(
     // under the current tile's last products and epilogue) where every query tile costs the same
     // (no causal mask, window, modifier or variable lengths: a fixed stride over tiles of
     // unequal cost lost 17–39% on causal rows, NOTES v17) and there are more tiles than SMs.
-    let total_tiles = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
+    let (_, total_tiles) = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
     let persistent = masked.is_none()
         && !problem.causal()
         && problem.varlen().is_none()

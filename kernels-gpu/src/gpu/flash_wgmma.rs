@@ -330,7 +330,7 @@ unsafe fn flash_fwd_wgmma<
                 break;
             }
             let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
-            let ring = n * (j_end - j_begin);
+            let ring = (n * (j_end - j_begin)) as usize;
             let kv_h = h / a.group.max(1);
             let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
             // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
@@ -357,7 +357,7 @@ unsafe fn flash_fwd_wgmma<
                         tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
                     }
                     for (i, j) in (j_begin..j_end).enumerate() {
-                        let i = ring as usize + i;
+                        let i = ring + i;
                         let (s, round) = ((i % NS) as u32, (i / NS) as u32);
                         let row = k_row + (j * BN as u32) as i32;
                         let v_full = if borrows && j + 1 == j_end {
@@ -445,7 +445,7 @@ unsafe fn flash_fwd_wgmma<
             shuffle::sync_warp();
         }
         let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
-        let ring = n * (j_end - j_begin);
+        let ring = (n * (j_end - j_begin)) as usize;
         // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
         // some row of the block does not see: only those are masked.
         let (free_end, free_begin) = if WIN {
@@ -659,10 +659,10 @@ unsafe fn flash_fwd_wgmma<
         let overlap = !(WIN && (D >= 256 || SEQ));
         if tiles > 0 {
             let mut sc = [0.0f32; SN];
-            issue_scores!(sc, ring as usize);
+            issue_scores!(sc, ring);
             wgmma::wait::<0>();
             wgmma::settle(&mut sc);
-            release_k(ring as usize);
+            release_k(ring);
             alphas = softmax_tile!(sc, j_begin);
             pf = pack_p!(sc);
         }
@@ -686,8 +686,8 @@ unsafe fn flash_fwd_wgmma<
             }
             rescale_o!(alphas);
             let mut sn = [0.0f32; SN];
-            issue_scores!(sn, ring as usize + i + 1);
-            issue_pv!(pf, ring as usize + i);
+            issue_scores!(sn, ring + i + 1);
+            issue_pv!(pf, ring + i);
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
@@ -714,10 +714,10 @@ unsafe fn flash_fwd_wgmma<
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let sums_done = !(state[0].sum < 0.0) & !(state[1].sum < 0.0);
             if sums_done {
-                release_k(ring as usize + i + 1);
+                release_k(ring + i + 1);
             }
             wgmma::wait::<0>();
-            finish_pv!(ring as usize + i);
+            finish_pv!(ring + i);
             pf = pack_p!(sn);
         }
         if PERSIST && leader {
@@ -731,12 +731,12 @@ unsafe fn flash_fwd_wgmma<
                 named_sync::<256>(my_turn);
             }
             rescale_o!(alphas);
-            issue_pv!(pf, ring as usize + i);
+            issue_pv!(pf, ring + i);
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
             wgmma::wait::<0>();
-            finish_pv!(ring as usize + i);
+            finish_pv!(ring + i);
         }
         if !PERSIST && pingpong && wg == 0 {
             // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
