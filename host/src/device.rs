@@ -453,6 +453,15 @@ impl Device {
         self.blas.get().ok_or(Error::BlasMissing)
     }
 
+    /// A new device buffer of `len` zeroed `u32` words (a memset in `stream`'s order, no copy
+    /// from the host): a launch's counters.
+    pub(crate) fn zeroed_u32(&self, stream: &Arc<CudaStream>, len: usize) -> Result<DeviceBuffer<u32>> {
+        let slice = stream
+            .alloc_zeros::<u32>(len.max(1))
+            .map_err(|e| self.alloc_error(e, format!("{len} counters"), 4 * len as u64))?;
+        Ok(DeviceBuffer { slice, len })
+    }
+
     /// Copies `u32` words (sequence offsets) into a new device buffer, in `stream`'s order.
     pub(crate) fn upload_u32(&self, stream: &Arc<CudaStream>, host: &[u32]) -> Result<DeviceBuffer<u32>> {
         let slice = if host.is_empty() { stream.alloc_zeros::<u32>(1) } else { stream.clone_htod(host) };

@@ -163,6 +163,9 @@ impl Device {
         }
         // (A first sighting's copy is freed in stream order after the kernel.)
         let maps_copy = self.device_tensor_maps(stream, &maps)?;
+        // A dynamic persistent instance's tile counter, zeroed (freed in stream order after the
+        // kernel).
+        let counter = if config.persistent == 2 { Some(self.zeroed_u32(stream, 1)?) } else { None };
         let maps = maps_copy.device_address();
         // ALiBi slopes, read by the masked instances (freed in stream order after the kernel).
         let slopes = self.upload_slopes(stream, problem)?;
@@ -185,6 +188,7 @@ impl Device {
             // A persistent instance's work (the planner gave it a grid of one block an SM).
             tiles: if config.persistent != 0 { tiles as u32 } else { 0 },
             tiles_m: tiles_m as u32,
+            tile_counter: counter.as_ref().map_or(0, |c| c.device_address()),
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

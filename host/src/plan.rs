@@ -1040,16 +1040,16 @@ fn plan_wgmma(
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
     // A persistent grid (one block an SM walking the query tiles: the next tile's Q and K/V load
-    // under the current tile's last products and epilogue) where every query tile costs the same
-    // (no causal mask, window, modifier or variable lengths: a fixed stride over tiles of
-    // unequal cost lost 17–39% on causal rows, NOTES v17) and there are more tiles than SMs.
+    // under the current tile's last products and epilogue) for fixed-length problems without a
+    // window or modifier and with more tiles than SMs: a fixed stride over the tiles without a
+    // causal mask (every tile the same work), tiles taken from a counter, longest first, with
+    // one (a fixed stride over tiles of unequal cost lost 17–39%, NOTES v17).
     let (_, total_tiles) = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
     let persistent = masked.is_none()
-        && !problem.causal()
         && problem.varlen().is_none()
         && total_tiles > props.sm_count as u64
         && total_tiles <= u32::MAX as u64;
-    let index = match wgmma_persistent(d as u32) {
+    let index = match wgmma_persistent(d as u32, problem.causal()) {
         Some(p) if persistent && WGMMA_CONFIGS[p].block_m == WGMMA_CONFIGS[index].block_m => p,
         _ => index,
     };
@@ -1097,9 +1097,10 @@ fn plan_wgmma(
             launch.grid = (props.sm_count, 1, 1);
         }
         plan.why.push(format!(
-            "{PERSISTENT_WHY}: {} blocks (one an SM) walk the {total_tiles} query tiles, each loading its next \
-             tile's Q and K/V while the current tile's last products and output stores run",
-            props.sm_count
+            "{PERSISTENT_WHY}: {} blocks (one an SM) walk the {total_tiles} query tiles{}, each loading its \
+             next tile's Q and K/V while the current tile's last products and output stores run",
+            props.sm_count,
+            if config.persistent == 2 { " (taken from a counter, longest first)" } else { "" }
         ));
     }
     if let Some((_, what)) = masked {

@@ -695,7 +695,7 @@ impl WgmmaConfig {
             // 192. At d = 256 a variant staging its output in the Q tile ran 2–4% slower than the
             // one-tile instance at N ≥ 4096, session 19 `call5`: not instantiated.)
             && (self.persistent == 0
-                || (self.persistent == 1 && self.window == 0 && self.train == 0 && self.head_dim <= 192))
+                || (self.persistent <= 2 && self.window == 0 && self.train == 0 && self.head_dim <= 192))
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT
     }
 }
@@ -738,9 +738,10 @@ pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
 }
 
 /// The persistent Hopper instance for head dim `d` ([`WgmmaConfig::persistent`]), if one is
-/// instantiated.
-pub const fn wgmma_persistent(head_dim: u32) -> Option<usize> {
-    wgmma_find_in(head_dim, 0, 0, 1)
+/// instantiated: the static one without a causal mask, the dynamic one (`persistent` 2: tiles
+/// taken from a counter, longest first) with one.
+pub const fn wgmma_persistent(head_dim: u32, causal: bool) -> Option<usize> {
+    wgmma_find_in(head_dim, 0, 0, if causal { 2 } else { 1 })
 }
 
 const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {

@@ -270,6 +270,9 @@ pub struct WgmmaParams {
     pub tiles: u32,
     /// With `tiles`: the query tiles of one (head, sequence) pair.
     pub tiles_m: u32,
+    /// A dynamic persistent instance (causal: tiles of unequal work): the device address of a
+    /// zeroed 32-bit counter from which the blocks take their next tile; 0 for the others.
+    pub tile_counter: u64,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

@@ -200,6 +200,8 @@ macro_rules! for_each_wgmma_instance {
             (64, 128, 128, 2, 0, 0, 1)
             (128, 128, 128, 2, 0, 0, 1)
             (192, 128, 64, 2, 0, 0, 1)
+            (64, 128, 128, 2, 0, 0, 2)
+            (128, 128, 128, 2, 0, 0, 2)
         }
     };
 }
@@ -213,6 +215,9 @@ macro_rules! for_each_wgmma_instance {
 macro_rules! wgmma_kernel_name {
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0, 1) => {
         concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_persistent")
+    };
+    ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, 0, 0, 2) => {
+        concat!("flash_fwd_wgmma_", $dt, "_d", $d, "_m", $m, "_n", $n, "_s", $s, "_persistent_causal")
     };
     ($dt:literal, $d:literal, $m:literal, $n:literal, $s:literal, $win:tt, $train:tt, 0) => {
         $crate::wgmma_kernel_name!($dt, $d, $m, $n, $s, $win, $train)

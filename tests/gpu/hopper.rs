@@ -191,17 +191,26 @@ fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
     let mut large = spec(batch(2, 300, 250), heads(2, 300, 1), heads(2, 300, 1), 128, false, Bshd);
     large.values = Values::LargeLogits;
     specs.push(large);
+    // Causal: the dynamic instances (tiles from a counter, longest first; d ≤ 128), Nq ≠ Nk both
+    // ways (Nq > Nk: rows that see no key), GQA, padded head dims.
+    specs.extend([
+        spec(batch(2, 1100, 700), heads(2, 1100, 4), heads(2, 1100, 4) / 4, 128, true, Bshd),
+        spec(batch(1, 384, 1000), heads(1, 384, 1), heads(1, 384, 1), 64, true, Bhsd),
+        spec(batch(3, 300, 200), heads(3, 300, 1), heads(3, 300, 1), 96, true, Aligned),
+    ]);
     if small() {
-        // (One case of each instance: d = 64, 128, 192.)
+        // (One case of each instance: d = 64, 128, 192, and the causal d = 128.)
+        let causal = specs.iter().position(|s| s.causal);
+        let first_causal = causal.map(|i| specs[i].clone());
         specs.truncate(3);
+        specs.extend(first_causal);
     }
     for s in &specs {
         let case = Case::<T>::random(&mut case_rng(), s);
         let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
         let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
-        if !plan.kernel().ends_with("_persistent")
-            || !plan.why.iter().any(|w| w.starts_with("persistent grid"))
-        {
+        let want = if s.causal { "_persistent_causal" } else { "_persistent" };
+        if !plan.kernel().ends_with(want) || !plan.why.iter().any(|w| w.starts_with("persistent grid")) {
             return Err(format!("not the persistent grid: {plan}\n{case}"));
         }
         if !run_and_check(dev, &case, Method::FlashHopper)? {

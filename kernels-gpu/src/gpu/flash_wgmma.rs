@@ -113,6 +113,12 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     fn q_empty(base: u32) -> u32 {
         base + Self::BARS + 8 * (2 + 4 * NS as u32)
     }
+    /// A dynamic persistent block's next query tile, written by the producer before its Q's
+    /// barrier completes (after the Q-empty barrier; inside the output tile's alignment gap).
+    #[inline(always)]
+    fn tile_slot(base: u32) -> u32 {
+        base + Self::BARS + 8 * (3 + 4 * NS as u32)
+    }
     /// A persistent block's output tile (the Q tile's size, after the barriers, 1024-byte
     /// aligned): its TMA stores read there while the next query tile's Q lands in the Q tile.
     #[inline(always)]
@@ -223,6 +229,7 @@ unsafe fn flash_fwd_wgmma<
     const TRAIN: bool,
     const OTMA: bool,
     const PERSIST: bool,
+    const DYN: bool,
 >(
     p: &WgmmaParams,
 ) {
@@ -242,7 +249,7 @@ unsafe fn flash_fwd_wgmma<
         unsafe { core::arch::nvptx::trap() }
     }
     let a = &p.attn;
-    if PERSIST && (a.causal != 0 || a.cu_seqlens_q != 0) {
+    if PERSIST && ((a.causal != 0) != DYN || a.cu_seqlens_q != 0 || (DYN && p.tile_counter == 0)) {
         // Persistent instances run fixed-length problems without a causal mask (the host's
         // rule): what follows takes both for granted. A launch error, not wrong rows.
         // SAFETY: `trap` aborts the launch.
@@ -250,7 +257,8 @@ unsafe fn flash_fwd_wgmma<
     }
     let tid = thread_x();
     let (h, z) = (block_y(), block_z());
-    let causal = !PERSIST && a.causal != 0;
+    // (Persistent instances: the static ones without a causal mask, the dynamic ones with one.)
+    let causal = if PERSIST { DYN } else { a.causal != 0 };
     let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(a, z) };
@@ -275,7 +283,9 @@ unsafe fn flash_fwd_wgmma<
             // (Fixed-length batches only, host: `SeqView::of` without its offsets' branch.)
             let (len_q, len_k) = (param(a.seqlen_q), param(a.seqlen_k));
             let seq = SeqView { batch: (hz / heads) as u64, q_start: 0, k_start: 0, len_q, len_k };
-            let m0 = (t - hz * tiles_m) * BM as u32;
+            // (Dynamic instances: a pair's longest tiles first.)
+            let m_block = if DYN { tiles_m - 1 - (t - hz * tiles_m) } else { t - hz * tiles_m };
+            let m0 = m_block * BM as u32;
             (hz % heads, seq, m0, key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32, causal))
         } else {
             (h, seq, m0, keys)
@@ -322,15 +332,37 @@ unsafe fn flash_fwd_wgmma<
         let varlen = !PERSIST && a.cu_seqlens_q != 0;
         let (q_map, k_map, v_map) = (p.maps, p.maps + TENSOR_MAP_BYTES, p.maps + 2 * TENSOR_MAP_BYTES);
         let tile_bytes = |rows: usize| (2 * rows * D) as u32;
-        // The block's query tiles walked so far, `n` (see the consumers' loop).
-        let mut n = 0u32;
+        // The block's query tiles walked so far, `n` (see the consumers' loop), and, in a dynamic
+        // instance (query tiles of unequal key tiles), the K/V ring's position.
+        let (mut n, mut dyn_ring) = (0u32, 0usize);
         loop {
-            let t = first_t + n * t_step;
-            if t >= t_end {
-                break;
-            }
+            let t = if DYN {
+                // The next tile from the launch's counter (the host zeroes it), published to the
+                // consumers in the tile slot once they are done with the last Q; past the end,
+                // the Q barrier completes without a load and the walk ends.
+                if n > 0 {
+                    // SAFETY: an initialised barrier.
+                    unsafe { tma::wait(S::<D, BM, BN, NS>::q_empty(base), (n - 1) & 1) };
+                }
+                // SAFETY: the host's zeroed counter (`WgmmaParams::tile_counter`); the slot lies
+                // inside the shared memory (persistent instances).
+                let t = unsafe { global::atomic_add_u32(p.tile_counter, 1) };
+                unsafe { shared::store_u32(S::<D, BM, BN, NS>::tile_slot(base), t) };
+                if t >= t_end {
+                    // SAFETY: an initialised barrier; its phase completes on this arrival.
+                    unsafe { tma::arrive(S::<D, BM, BN, NS>::q_full(base)) };
+                    break;
+                }
+                t
+            } else {
+                let t = first_t + n * t_step;
+                if t >= t_end {
+                    break;
+                }
+                t
+            };
             let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
-            let ring = (n * (j_end - j_begin)) as usize;
+            let ring = if DYN { dyn_ring } else { (n * (j_end - j_begin)) as usize };
             let kv_h = h / a.group.max(1);
             let (b, q_row, k_row) = (seq.batch as i32, (seq.q_start + m0 as u64) as i32, seq.k_start as i32);
             // The sequence's last key tile reaches into the next one's tokens (varlen only: TMA
@@ -346,7 +378,7 @@ unsafe fn flash_fwd_wgmma<
                         tma::prefetch_map(q_map);
                         tma::prefetch_map(k_map);
                         tma::prefetch_map(v_map);
-                    } else {
+                    } else if !DYN {
                         // Both consumer warpgroups finished reading the last query tile's Q.
                         tma::wait(S::<D, BM, BN, NS>::q_empty(base), (n - 1) & 1);
                     }
@@ -405,6 +437,7 @@ unsafe fn flash_fwd_wgmma<
                     }
                 }
             }
+            dyn_ring += (j_end - j_begin) as usize;
             n += 1;
         }
         return;
@@ -432,9 +465,18 @@ unsafe fn flash_fwd_wgmma<
     // start (the ring runs on from one query tile to the next; every query tile of a persistent
     // grid has the same key tiles, so `n` times them: one register carried, not three, which
     // d = 128 spilled) and the parity of its Q's barrier.
-    let mut n = 0u32;
+    let (mut n, mut dyn_ring) = (0u32, 0usize);
     loop {
-        let t = first_t + n * t_step;
+        let t = if DYN {
+            // The producer's tile for this one (its slot written before the Q barrier completed).
+            // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
+            unsafe {
+                tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1);
+                shared::load_u32(S::<D, BM, BN, NS>::tile_slot(base))
+            }
+        } else {
+            first_t + n * t_step
+        };
         if t >= t_end {
             break;
         }
@@ -445,7 +487,7 @@ unsafe fn flash_fwd_wgmma<
             shuffle::sync_warp();
         }
         let (h, seq, m0, (j_begin, j_end)) = tile_of(t);
-        let ring = (n * (j_end - j_begin)) as usize;
+        let ring = if DYN { dyn_ring } else { (n * (j_end - j_begin)) as usize };
         // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
         // some row of the block does not see: only those are masked.
         let (free_end, free_begin) = if WIN {
@@ -459,8 +501,10 @@ unsafe fn flash_fwd_wgmma<
         };
         let mut o = [[0.0f32; 32]; DP];
         let mut state = [OnlineSoftmax::new(); 2];
-        // SAFETY: the barrier is initialised; TMA completes it once a query tile.
-        unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1) };
+        if !DYN {
+            // SAFETY: the barrier is initialised; TMA completes it once a query tile.
+            unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1) };
+        }
 
         // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
         // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
@@ -932,6 +976,7 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
+        dyn_ring += (j_end - j_begin) as usize;
         n += 1;
     }
     if PERSIST && C == 2 && wg == 0 {
@@ -976,6 +1021,7 @@ macro_rules! wgmma_entries {
                         { C.train != 0 },
                         { C.o_by_tma() },
                         { C.persistent != 0 },
+                        { C.persistent == 2 },
                     >(&p)
                 }
             }

@@ -310,6 +310,21 @@ pub unsafe fn store_u32(addr: u64, x: u32) {
     unsafe { asm!("st.global.b32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
 
+/// `atom.global.add.u32`: adds `x` to the word at `addr` and returns the word before.
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned device address of a word other threads only change
+/// atomically.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(addr: u64, x: u32) -> u32 {
+    let old: u32;
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("atom.global.add.u32 {o}, [{a}], {x};", o = out(reg32) old, a = in(reg64) addr, x = in(reg32) x)
+    };
+    old
+}
+
 /// `ld.acquire.gpu.global.u32`: reads a turn counter another block releases; later reads and
 /// writes of this thread are ordered after it.
 ///

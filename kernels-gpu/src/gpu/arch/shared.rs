@@ -36,6 +36,18 @@ pub unsafe fn store_u32(addr: u32, x: u32) {
     unsafe { asm!("st.shared.b32 [{a}], {x};", a = in(reg32) addr, x = in(reg32) x) };
 }
 
+/// `ld.shared.b32`, any 32-bit word.
+///
+/// # Safety
+/// As [`store_f32`].
+#[inline(always)]
+pub unsafe fn load_u32(addr: u32) -> u32 {
+    let x: u32;
+    // SAFETY: caller's contract.
+    unsafe { asm!("ld.shared.b32 {x}, [{a}];", x = out(reg32) x, a = in(reg32) addr) };
+    x
+}
+
 /// `ld.shared.f32`.
 ///
 /// # Safety
