@@ -9,7 +9,7 @@
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
     WGMMA_CONFIGS, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
-    mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train,
+    mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train, wgmma_with_rows,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -1044,19 +1044,33 @@ fn plan_wgmma(
     // window or modifier and with more tiles than SMs: a fixed stride over the tiles without a
     // causal mask (every tile the same work), tiles taken from a counter, longest first, with
     // one (a fixed stride over tiles of unequal cost lost 17–39%, NOTES v17).
+    // A tile override picks among the instances of the kind (d = 64: 128 or 192 rows).
+    let index = match opts.tiles.block_m {
+        Some(m) if m != WGMMA_CONFIGS[index].block_m as usize => {
+            u32::try_from(m).ok().and_then(|m| wgmma_with_rows(index, m)).unwrap_or(index)
+        }
+        _ => index,
+    };
     let (_, total_tiles) = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
     let persistent = masked.is_none()
         && problem.varlen().is_none()
         && total_tiles > props.sm_count as u64
         && total_tiles <= u32::MAX as u64;
-    let index = match wgmma_persistent(d as u32, problem.causal()) {
-        Some(p) if persistent && WGMMA_CONFIGS[p].block_m == WGMMA_CONFIGS[index].block_m => p,
+    let index = match wgmma_persistent(d as u32, problem.causal())
+        .and_then(|p| wgmma_with_rows(p, WGMMA_CONFIGS[index].block_m))
+    {
+        Some(p) if persistent => p,
         _ => index,
     };
     let config = WGMMA_CONFIGS[index];
     let (m, n) = (opts.tiles.block_m, opts.tiles.block_n);
     if m.is_some_and(|m| m != config.block_m as usize) || n.is_some_and(|n| n != config.block_n as usize) {
-        let available = vec![(config.block_m, config.block_n)];
+        let available = WGMMA_CONFIGS
+            .iter()
+            .enumerate()
+            .filter(|&(i, c)| wgmma_with_rows(index, c.block_m) == Some(i))
+            .map(|(_, c)| (c.block_m, c.block_n))
+            .collect();
         return Err(tile_error(method, opts.tiles, TileError::NotInstantiated { head_dim: d, available }));
     }
     // (An empty problem launches nothing: its strides never reach TMA.)
@@ -1088,9 +1102,12 @@ fn plan_wgmma(
     let mut plan =
         flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes(), 1)?;
     plan.why.push(format!(
-        "Hopper kernel: TMA loads {}×{} tiles (128-byte swizzled panels) through {} stages, two warpgroups \
+        "Hopper kernel: TMA loads {}×{} tiles (128-byte swizzled panels) through {} stages, {} warpgroups \
          compute with wgmma",
-        config.block_m, config.block_n, config.stages
+        config.block_m,
+        config.block_n,
+        config.stages,
+        config.consumers()
     ));
     if config.persistent != 0 {
         if let Some(launch) = plan.launches.first_mut() {

@@ -686,7 +686,7 @@ impl WgmmaConfig {
         self.head_dim % WGMMA_PANEL == 0
             && self.head_dim <= 256
             && self.block_m % WGMMA_ROWS == 0
-            && self.consumers() >= 1
+            && (self.consumers() == 2 || self.consumers() == 3)
             && (self.block_n == 128 || self.block_n == 64)
             && self.stages >= 1
             && self.window <= 2
@@ -742,6 +742,27 @@ pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
 /// taken from a counter, longest first) with one.
 pub const fn wgmma_persistent(head_dim: u32, causal: bool) -> Option<usize> {
     wgmma_find_in(head_dim, 0, 0, if causal { 2 } else { 1 })
+}
+
+/// The instance of the same kind as instance `index` (head dims, `window`, `train`,
+/// `persistent`) with `block_m` query rows a tile, if one is instantiated (the default
+/// instances are the first of their kind; a tile override picks among the rest).
+pub const fn wgmma_with_rows(index: usize, block_m: u32) -> Option<usize> {
+    let want = WGMMA_CONFIGS[index];
+    let mut i = 0;
+    while i < WGMMA_CONFIGS.len() {
+        let c = WGMMA_CONFIGS[i];
+        if c.head_dim == want.head_dim
+            && c.window == want.window
+            && c.train == want.train
+            && c.persistent == want.persistent
+            && c.block_m == block_m
+        {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {

@@ -921,3 +921,40 @@ fn hopper_takes_a_persistent_grid_where_tiles_cost_the_same() {
     let p = plan(&h200, DType::BF16, &problem(pl, pl, &vopts), &vopts).unwrap();
     assert!(p.method == Method::FlashHopper && !persistent(&p), "{p}");
 }
+
+/// A tile override picks among the Hopper instances of a kind: at d ≤ 64 the 192-row ones
+/// (three consumer warpgroups), one tile a block or persistent as the default would be; a
+/// row count nothing instantiates is refused with the instances that exist.
+#[test]
+fn hopper_tile_override_picks_the_192_row_instances() {
+    let h200 = DeviceProps::h200();
+    let rows = |m| AttentionOptions {
+        method: Method::FlashHopper,
+        tiles: flashattn::Tiles { block_m: Some(m), block_n: None },
+        ..Default::default()
+    };
+    let causal = |m| AttentionOptions { causal: true, ..rows(m) };
+    // (16 sequences × 16 heads × 6 tiles of 192 rows: more tiles than SMs.)
+    let big = Layout::bshd(16, 1024, 16, 64);
+    let small = Layout::bshd(1, 1024, 2, 64);
+    for (l, opts, want) in [
+        (small, rows(192), "flash_fwd_wgmma_bf16_d64_m192_n128_s2"),
+        (small, causal(192), "flash_fwd_wgmma_bf16_d64_m192_n128_s2"),
+        (big, rows(192), "flash_fwd_wgmma_bf16_d64_m192_n128_s2_persistent"),
+        (big, causal(192), "flash_fwd_wgmma_bf16_d64_m192_n128_s2_persistent_causal"),
+        (big, rows(128), "flash_fwd_wgmma_bf16_d64_m128_n128_s2_persistent"),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+        assert_eq!(p.kernel(), want, "{p}");
+        assert_eq!(p.main_launch().unwrap().threads, if want.contains("m192") { 512 } else { 384 }, "{p}");
+        if !want.ends_with("_s2") {
+            assert_eq!(p.main_launch().unwrap().grid, (h200.sm_count, 1, 1), "{p}");
+        } else {
+            assert_eq!(p.main_launch().unwrap().grid.0, 1024u32.div_ceil(192), "{p}");
+        }
+    }
+    // d = 128 has no 192-row instance.
+    let l = Layout::bshd(1, 1024, 2, 128);
+    let err = plan(&h200, DType::BF16, &problem(l, l, &rows(192)), &rows(192)).unwrap_err();
+    assert!(err.to_string().contains("128"), "{err}");
+}

@@ -24,6 +24,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("hopper::recurring_tensors", recurring_tensors),
     ("hopper::persistent_f16", persistent::<f16>),
     ("hopper::persistent_bf16", persistent::<bf16>),
+    ("hopper::rows192_f16", rows192::<f16>),
+    ("hopper::rows192_bf16", rows192::<bf16>),
 ];
 
 /// Whether this device runs the Hopper kernel; if not, checks that the planner says so.
@@ -215,6 +217,53 @@ fn persistent<T: Element>(dev: &Device) -> Result<(), String> {
         }
         if !run_and_check(dev, &case, Method::FlashHopper)? {
             return Err(format!("the Hopper kernel refused a persistent case:\n{case}"));
+        }
+    }
+    Ok(())
+}
+
+/// The 192-row instances at d ≤ 64 (three consumer warpgroups, a tile override away): one
+/// query tile a block (partial query and key tiles, Nq ≠ Nk both ways with causal masks, GQA,
+/// variable lengths with empty sequences, padded head dims), and the persistent grids, static
+/// and causal (tiles from a counter). The plan must name the 192-row instance it runs.
+fn rows192<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    let sm = dev.props().sm_count as usize;
+    let heads = |b: usize, nq: usize, group: usize| (sm / (b * nq.div_ceil(192)) + 1).div_ceil(group) * group;
+    let mut specs = vec![
+        (spec(batch(2, 300, 250), 4, 2, 64, false, Bshd), ""),
+        (spec(batch(1, 500, 200), 2, 1, 64, true, Bhsd), ""),
+        (spec(batch(1, 100, 700), 3, 3, 40, true, Aligned), ""),
+        (spec(crate::attention::ragged([70, 1, 0, 300, 193]), 2, 2, 64, true, Bshd), ""),
+        (spec(batch(2, 1000, 900), heads(2, 1000, 2), heads(2, 1000, 2) / 2, 64, false, Bshd), "_persistent"),
+        (spec(batch(1, 600, 1000), heads(1, 600, 1), heads(1, 600, 1), 56, true, Bhsd), "_persistent_causal"),
+        (
+            spec(batch(2, 1000, 500), heads(2, 1000, 4), heads(2, 1000, 4) / 4, 64, true, Bshd),
+            "_persistent_causal",
+        ),
+    ];
+    let mut large = spec(batch(1, 400, 300), 2, 2, 64, false, Bshd);
+    large.values = Values::LargeLogits;
+    specs.push((large, ""));
+    if small() {
+        // (One causal case of each kind: one tile a block, and the counter's grid.)
+        specs = vec![specs[1].clone(), specs[5].clone()];
+    }
+    for (s, kind) in &mut specs {
+        s.tiles = flashattn::Tiles { block_m: Some(192), block_n: None };
+        let case = Case::<T>::random(&mut case_rng(), s);
+        let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
+        let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
+        let name = plan.kernel();
+        let persistent = name.ends_with("_persistent") || name.ends_with("_persistent_causal");
+        if !name.contains("_m192_") || (kind.is_empty() && persistent) || !name.ends_with(*kind) {
+            return Err(format!("not the 192-row instance wanted ({kind:?}): {plan}\n{case}"));
+        }
+        if !run_and_check(dev, &case, Method::FlashHopper)? {
+            return Err(format!("the Hopper kernel refused a 192-row case:\n{case}"));
         }
     }
     Ok(())

@@ -129,10 +129,15 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
 
 /// Registers per thread of the producer warpgroup after it releases the rest, and of each
 /// consumer warpgroup after it claims them. `setmaxnreg` moves registers inside the block's own
-/// allocation (168 a thread at 384 threads: 64512), so the two must fit it exactly:
-/// 24·128 + 240·256 = 64512 (32 for the producer deadlocks: the consumers wait forever).
+/// allocation (168 a thread at 384 threads: 64512; 128 at 512: 65536), so the two must fit it:
+/// two consumers 24·128 + 240·256 = 64512 (32 for the producer deadlocks: the consumers wait
+/// forever), three 24·128 + 160·384 = 64512 (168 would need 67584).
 const PRODUCER_REGISTERS: u32 = 24;
-const CONSUMER_REGISTERS: u32 = 240;
+
+/// Registers per consumer thread for `consumers` consumer warpgroups (the kernel's `CR`).
+const fn consumer_registers(consumers: u32) -> u32 {
+    if consumers == 3 { 160 } else { 240 }
+}
 
 /// Zeroes rows `first..BN` of a variable-length batch's last, partial V tile, by the 32 lanes of
 /// the producer warp, once the tile has landed on [`Smem::v_landed`]; the caller's first lane
@@ -230,6 +235,7 @@ unsafe fn flash_fwd_wgmma<
     const OTMA: bool,
     const PERSIST: bool,
     const DYN: bool,
+    const CR: u32,
 >(
     p: &WgmmaParams,
 ) {
@@ -444,7 +450,7 @@ unsafe fn flash_fwd_wgmma<
     }
 
     // A consumer warpgroup: rows `64·wg ..` of the block; each warp 16 of them.
-    claim_registers::<CONSUMER_REGISTERS>();
+    claim_registers::<CR>();
     let wg = tid / 128;
     let lane = tid % 32;
     let warp_in_wg = (tid / 32) % 4;
@@ -1022,6 +1028,7 @@ macro_rules! wgmma_entries {
                         { C.o_by_tma() },
                         { C.persistent != 0 },
                         { C.persistent == 2 },
+                        { consumer_registers(C.consumers()) },
                     >(&p)
                 }
             }
