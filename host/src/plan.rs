@@ -525,7 +525,7 @@ pub fn plan_for_backward(
     problem: &Problem,
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
-    // (The training instances run one query tile a block.)
+    // (The training instances run one query tile a block, of 128 rows.)
     let mut plan = one_tile_per_block(props, problem, plan(props, dtype, problem, opts)?)?;
     let training = plan.launches.iter().enumerate().find_map(|(at, l)| match l.kernel?.info().family {
         Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
@@ -560,14 +560,39 @@ pub fn plan_for_backward(
     Ok(plan)
 }
 
+/// Queries a sequence from which the Hopper kernel runs d ≤ 64 in tiles of 192 rows (three
+/// consumer warpgroups, each K/V tile serving 192 queries) instead of 128. Measured on the H200
+/// (session 20 `call1`, bf16, B·N = 16k, 32 heads): 192 rows −8 to −18% time without a mask and
+/// −3 to −11% with a causal one at N = 2048…16384; at N = 1024 +1% and +12% (6 tiles of 192
+/// cover 1152 rows: an eighth of the work is padding).
+pub const ROWS_192_FROM: usize = 2048;
+
+/// The plan's reason naming a Hopper instance's tiles.
+fn hopper_why(config: &flashattn_kernels::config::WgmmaConfig) -> String {
+    format!(
+        "{HOPPER_WHY} {}×{} tiles (128-byte swizzled panels) through {} stages, {} warpgroups compute with wgmma",
+        config.block_m,
+        config.block_n,
+        config.stages,
+        config.consumers()
+    )
+}
+
+/// How [`hopper_why`] begins.
+const HOPPER_WHY: &str = "Hopper kernel: TMA loads";
+
+/// How the plan's reason for 192-row tiles begins.
+const ROWS_192_WHY: &str = "d ≤ 64";
+
 /// How the plan's reason for a persistent Hopper grid begins.
 const PERSISTENT_WHY: &str = "persistent grid";
 
-/// `plan` with a persistent Hopper instance ([`WgmmaConfig::persistent`]) swapped for its
-/// one-tile twin (same tiles) on the problem's own grid: for the training forward (its instances
-/// run one query tile a block) and for the steps of context-parallel attention (they write
-/// partial rows, which the persistent instances' GPU tests do not cover: they need two GPUs).
-/// Other plans come back as they are.
+/// `plan` with a persistent Hopper instance ([`WgmmaConfig::persistent`]) or a 192-row one
+/// (d ≤ 64, [`ROWS_192_FROM`]) swapped for the one-tile, 128-row instance of its head dims on
+/// the problem's own grid: for the training forward (its instances run one 128-row query tile
+/// a block), for the steps of context-parallel attention (they write partial rows, which the
+/// persistent and 192-row instances' GPU tests do not cover: they need two GPUs) and for
+/// outputs TMA cannot store. Other plans come back as they are.
 pub(crate) fn one_tile_per_block(
     props: &DeviceProps,
     problem: &Problem,
@@ -576,20 +601,26 @@ pub(crate) fn one_tile_per_block(
     let method = plan.method;
     for launch in &mut plan.launches {
         let Some(Family::FlashWgmma(e, i)) = launch.kernel.map(|k| k.info().family) else { continue };
-        if WGMMA_CONFIGS[i].persistent == 0 {
+        let a = WGMMA_CONFIGS[i];
+        if a.persistent == 0 && a.block_m != 192 {
             continue;
         }
         let Some(t) = wgmma_default(problem.head_dim() as u32) else { continue };
-        let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
-        if (a.head_dim, a.block_m, a.block_n, a.stages) != (b.head_dim, b.block_m, b.block_n, b.stages) {
+        let b = WGMMA_CONFIGS[t];
+        if (a.head_dim, a.block_n, a.stages) != (b.head_dim, b.block_n, b.stages) {
             continue;
         }
         let kernel = kernel_on(method, props, Family::FlashWgmma(e, t))?;
         launch.kernel = Some(kernel);
         launch.kind = LaunchKind::Kernel(kernel.name());
         launch.grid = flash_grid(method, problem, b.block_m, 1)?;
+        launch.threads = b.threads();
         launch.shared_bytes = b.shared_bytes();
-        plan.why.retain(|w| !w.starts_with(PERSISTENT_WHY));
+        plan.tiles = Some((b.block_m as usize, b.block_n as usize));
+        plan.why.retain(|w| !w.starts_with(PERSISTENT_WHY) && !w.starts_with(ROWS_192_WHY));
+        for w in plan.why.iter_mut().filter(|w| w.starts_with(HOPPER_WHY)) {
+            *w = hopper_why(&b);
+        }
     }
     Ok(plan)
 }
@@ -1044,11 +1075,14 @@ fn plan_wgmma(
     // window or modifier and with more tiles than SMs: a fixed stride over the tiles without a
     // causal mask (every tile the same work), tiles taken from a counter, longest first, with
     // one (a fixed stride over tiles of unequal cost lost 17–39%, NOTES v17).
-    // A tile override picks among the instances of the kind (d = 64: 128 or 192 rows).
+    // A tile override picks among the instances of the kind; without one, d ≤ 64 takes its
+    // 192-row instances (three consumer warpgroups) from `ROWS_192_FROM` queries a sequence.
+    let rows_192 = opts.tiles.block_m.is_none() && problem.max_lens().0 >= ROWS_192_FROM;
     let index = match opts.tiles.block_m {
         Some(m) if m != WGMMA_CONFIGS[index].block_m as usize => {
             u32::try_from(m).ok().and_then(|m| wgmma_with_rows(index, m)).unwrap_or(index)
         }
+        None if rows_192 => wgmma_with_rows(index, 192).unwrap_or(index),
         _ => index,
     };
     let (_, total_tiles) = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
@@ -1101,14 +1135,13 @@ fn plan_wgmma(
     let tiles = (config.block_m, config.block_n);
     let mut plan =
         flash_plan(method, props, problem, family, tiles, config.threads(), config.shared_bytes(), 1)?;
-    plan.why.push(format!(
-        "Hopper kernel: TMA loads {}×{} tiles (128-byte swizzled panels) through {} stages, {} warpgroups \
-         compute with wgmma",
-        config.block_m,
-        config.block_n,
-        config.stages,
-        config.consumers()
-    ));
+    plan.why.push(hopper_why(&config));
+    if rows_192 && config.block_m == 192 {
+        plan.why.push(format!(
+            "{ROWS_192_WHY} from {ROWS_192_FROM} queries a sequence: 192-row tiles (each K/V tile serves 192 queries; \
+             at fewer, a partial last tile's padding costs more)"
+        ));
+    }
     if config.persistent != 0 {
         if let Some(launch) = plan.launches.first_mut() {
             launch.grid = (props.sm_count, 1, 1);

@@ -953,6 +953,31 @@ fn hopper_tile_override_picks_the_192_row_instances() {
             assert_eq!(p.main_launch().unwrap().grid.0, 1024u32.div_ceil(192), "{p}");
         }
     }
+    // Without an override: 192 rows from 2048 queries a sequence (d ≤ 64, plain instances).
+    let auto = |causal| AttentionOptions { causal, ..Default::default() };
+    for (l, opts, want) in [
+        (Layout::bshd(4, 4096, 32, 64), auto(false), "flash_fwd_wgmma_bf16_d64_m192_n128_s2_persistent"),
+        (
+            Layout::bshd(4, 4096, 32, 64),
+            auto(true),
+            "flash_fwd_wgmma_bf16_d64_m192_n128_s2_persistent_causal",
+        ),
+        (Layout::bshd(1, 2048, 2, 48), auto(false), "flash_fwd_wgmma_bf16_d64_m192_n128_s2"),
+        (Layout::bshd(16, 1024, 32, 64), auto(false), "flash_fwd_wgmma_bf16_d64_m128_n128_s2_persistent"),
+        (Layout::bshd(1, 2047, 2, 64), auto(true), "flash_fwd_wgmma_bf16_d64_m128_n128_s2"),
+        (Layout::bshd(4, 4096, 32, 128), auto(false), "flash_fwd_wgmma_bf16_d128_m128_n128_s2_persistent"),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+        assert_eq!(p.kernel(), want, "{p}");
+    }
+    // A window: the masked instance (128 rows); the training forward: its own instance (128).
+    let w = AttentionOptions { window: flashattn::Window { left: Some(256), right: None }, ..auto(true) };
+    let l = Layout::bshd(4, 4096, 32, 64);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &w), &w).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d64_m128_n128_s2_win", "{p}");
+    let t =
+        flashattn::plan_for_backward(&h200, DType::BF16, &problem(l, l, &auto(false)), &auto(false)).unwrap();
+    assert_eq!(t.kernel(), "flash_fwd_wgmma_bf16_d64_m128_n128_s2_train", "{t}");
     // d = 128 has no 192-row instance.
     let l = Layout::bshd(1, 1024, 2, 128);
     let err = plan(&h200, DType::BF16, &problem(l, l, &rows(192)), &rows(192)).unwrap_err();

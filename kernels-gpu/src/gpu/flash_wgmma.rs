@@ -307,7 +307,8 @@ unsafe fn flash_fwd_wgmma<
             tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
             tma::init(S::<D, BM, BN, NS>::v_landed(base), 1);
             if PERSIST {
-                tma::init(S::<D, BM, BN, NS>::q_empty(base), C as u32);
+                // (Dynamic instances: every consumer thread arrives, see below.)
+                tma::init(S::<D, BM, BN, NS>::q_empty(base), if DYN { 128 * C as u32 } else { C as u32 });
             }
             for s in 0..NS as u32 {
                 tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
@@ -770,8 +771,12 @@ unsafe fn flash_fwd_wgmma<
             finish_pv!(ring + i);
             pf = pack_p!(sn);
         }
-        if PERSIST && leader {
-            // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q.
+        if PERSIST && (leader || DYN) {
+            // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q —
+            // and, in a dynamic instance, write the next tile into the slot this thread read at
+            // the tile's top: there every thread arrives (its read ordered before the
+            // producer's write, which a leader's arrival alone does not order: racecheck,
+            // session 20 `call1`).
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
         }
