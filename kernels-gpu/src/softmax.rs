@@ -34,6 +34,12 @@
 
 use crate::math::{LN_2, LOG2_E, exp2, fma, log2, rcp};
 
+/// How far (in `scale_log2` units, i.e. powers of 2) a block's maximum may exceed the running
+/// one before [`OnlineSoftmax::step_lazy`] rescales: probabilities stay at most `2^8`, which f16
+/// and bf16 hold exactly as they hold any value of their range (relative rounding), and a
+/// row's sum at most `2^8` times its key count.
+pub const LAZY_RESCALE_LOG2: f32 = 8.0;
+
 /// Largest `|max·scale_log2|` for which the one-FMA probability ([`BlockStep::prob`]) is used:
 /// its rounding error `δ` is then at most 2^5 in the exponent, a common factor `2^δ` that
 /// cancels in the normalisation without overflowing (see the module docs).
@@ -139,6 +145,24 @@ impl OnlineSoftmax {
         self.max = new_max;
         self.sum *= alpha;
         BlockStep { alpha, neg_max_scaled: -new_max * scale_log2, max: new_max }
+    }
+
+    /// [`OnlineSoftmax::step`] that keeps the maximum it has (no rescale, `alpha` 1) unless the
+    /// block's is more than [`LAZY_RESCALE_LOG2`] above it in `scale_log2` units: the reference
+    /// `max` is then a lower bound of the row's maximum, the block's probabilities are at most
+    /// `2^LAZY_RESCALE_LOG2` (256), and `sum` and the accumulator stay consistent with it — the
+    /// output `acc / sum` and the log-sum-exp `max·c + ln(sum)` are the same up to rounding,
+    /// while most tiles after the first skip the accumulator's rescale. For inference kernels
+    /// (the training forward needs a row's largest probability exactly 1).
+    #[inline(always)]
+    pub fn step_lazy(&mut self, block_max: f32, scale_log2: f32) -> BlockStep {
+        // (The first finite block: `(m − -inf)·c = inf` takes it; a masked block: `-inf`, or NaN
+        // while everything is masked, keeps the maximum.)
+        if (block_max - self.max) * scale_log2 > LAZY_RESCALE_LOG2 {
+            return self.step(block_max, scale_log2);
+        }
+        let neg_max_scaled = if self.max == f32::NEG_INFINITY { 0.0 } else { -self.max * scale_log2 };
+        BlockStep { alpha: 1.0, neg_max_scaled, max: self.max }
     }
 
     /// The probability offset for the maximum as it stands (no rescaling): for a second pass
@@ -508,6 +532,53 @@ mod tests {
         assert_eq!(alibi.logit(1.0, 3, 4, 4, 10), 1.0 - 2.5);
         assert_eq!(alibi.logit(1.0, 0, 9, 4, 10), 1.0 - 1.5);
         assert_eq!(alibi.slope_of(123.0), 1.0);
+    }
+
+    /// The lazy step gives the same output and log-sum-exp as the eager one (up to rounding),
+    /// keeps its maximum while blocks stay within `2^8`, and takes a new one past that; masked
+    /// blocks and rows stay as the eager step leaves them.
+    #[test]
+    fn lazy_step_matches_the_eager_one() {
+        let c = 0.125 * LOG2_E;
+        // Blocks of (score, value) pairs; block 3 jumps by 80 (80·c ≈ 14.4 > 8), block 4 is masked.
+        let blocks: [&[(f32, f32)]; 5] = [
+            &[(1.0, 2.0), (3.0, -1.0)],
+            &[(20.0, 0.5), (-4.0, 7.0)],
+            &[(40.0, 1.5), (2.0, -3.0)],
+            &[(120.0, 0.25), (100.0, 4.0)],
+            &[(f32::NEG_INFINITY, 9.0)],
+        ];
+        let run = |lazy: bool| {
+            let (mut st, mut acc, mut maxima) = (OnlineSoftmax::new(), 0.0f32, [0.0f32; 5]);
+            for (i, b) in blocks.iter().enumerate() {
+                let m = b.iter().map(|x| x.0).fold(f32::NEG_INFINITY, f32::max);
+                let step = if lazy { st.step_lazy(m, c) } else { st.step(m, c) };
+                acc *= step.alpha;
+                let mut sum = 0.0;
+                for &(s, v) in b.iter() {
+                    let p = step.prob(s, c);
+                    assert!(p <= 2f32.powf(LAZY_RESCALE_LOG2), "{p}");
+                    sum += p;
+                    acc += p * v;
+                }
+                st.add(sum);
+                maxima[i] = st.max;
+            }
+            let r = st.finish(c);
+            (acc * r.inv_sum, r.lse, maxima)
+        };
+        let (eager, lazy) = (run(false), run(true));
+        assert!((eager.0 - lazy.0).abs() <= 1e-5 * eager.0.abs(), "{eager:?} {lazy:?}");
+        assert!((eager.1 - lazy.1).abs() <= 1e-5 * eager.1.abs(), "{eager:?} {lazy:?}");
+        // The lazy maximum: 3 (first block), kept through 20 and 40 ((40 − 3)·c ≈ 6.7), 120 at the
+        // jump, kept through the masked block.
+        assert_eq!(lazy.2, [3.0, 3.0, 3.0, 120.0, 120.0]);
+        assert_eq!(eager.2, [3.0, 20.0, 40.0, 120.0, 120.0]);
+        // A fully masked row stays empty, never NaN.
+        let mut st = OnlineSoftmax::new();
+        let step = st.step_lazy(f32::NEG_INFINITY, c);
+        assert_eq!((step.alpha, step.neg_max_scaled, st.max, st.sum), (1.0, 0.0, f32::NEG_INFINITY, 0.0));
+        assert_eq!(st.finish(c), RowResult { inv_sum: 0.0, lse: f32::NEG_INFINITY });
     }
 
     /// The streaming pivot (re-based whenever a more probable key arrives, in any order and in

@@ -590,7 +590,14 @@ unsafe fn flash_fwd_wgmma<
                     for nt in 0..BN / 8 {
                         m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
                     }
-                    alphas[half] = state[half].step(shuffle::max4(m), a.scale_log2).alpha;
+                    // (Inference: the lazy step, most tiles after the first skip `rescale_o`;
+                    // training: a row's largest probability must be exactly 1.)
+                    let m = shuffle::max4(m);
+                    alphas[half] = if TRAIN {
+                        state[half].step(m, a.scale_log2).alpha
+                    } else {
+                        state[half].step_lazy(m, a.scale_log2).alpha
+                    };
                 }
                 let largest = state[0].max.abs().max(state[1].max.abs());
                 // Training instances always take the two-step form `2^((s − m)·c)`: a row's largest
