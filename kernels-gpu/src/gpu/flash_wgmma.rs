@@ -590,10 +590,12 @@ unsafe fn flash_fwd_wgmma<
                     for nt in 0..BN / 8 {
                         m = m.max($sc[4 * nt + 2 * half]).max($sc[4 * nt + 2 * half + 1]);
                     }
-                    // (Inference: the lazy step, most tiles after the first skip `rescale_o`;
-                    // training: a row's largest probability must be exactly 1.)
+                    // (Inference at d ≥ 128: the lazy step, most tiles after the first skip
+                    // `rescale_o` — d = 256 −1 to −5% time, d = 128 −1 to −3%, but d = 64, whose
+                    // rescale is 32 products a tile, +1 to +2% at N = 1024: NOTES v37. Training:
+                    // a row's largest probability must be exactly 1.)
                     let m = shuffle::max4(m);
-                    alphas[half] = if TRAIN {
+                    alphas[half] = if TRAIN || D <= 64 {
                         state[half].step(m, a.scale_log2).alpha
                     } else {
                         state[half].step_lazy(m, a.scale_log2).alpha
