@@ -616,7 +616,9 @@ pub struct WgmmaConfig {
     /// finish the current one (its last `P·V`, the epilogue), and its output staged in a tile of
     /// its own ([`WgmmaConfig::output_tile_bytes`]). For fixed-length problems
     /// without a causal mask (every query tile the same work; the planner's
-    /// [`wgmma_persistent`]). 0: one query tile a block.
+    /// [`wgmma_persistent`]). 2: the same for causal problems, each block taking its next tile
+    /// from a launch counter (`WgmmaParams::tile_counter`), a head's longest tiles first.
+    /// 0: one query tile a block.
     pub persistent: u32,
 }
 

@@ -169,7 +169,8 @@ fn random_score_modifiers<T: Element>(dev: &Device) -> Result<(), String> {
 }
 
 /// The persistent instances (a grid of one block an SM walking the query tiles): problems
-/// without a causal mask, window or modifier, with more query tiles than the device has SMs —
+/// without a window or modifier (the static instances; causal cases the dynamic ones, whose
+/// tiles come from a counter), with more query tiles than the device has SMs —
 /// one tile more (a single block walks two), and several tiles a block with partial last query
 /// and key tiles, Nq ≠ Nk both ways, GQA and MQA, both memory orders and 16-byte gaps, padded
 /// head dims of each instance, large logits. The plan must say it runs the persistent grid.

@@ -24,7 +24,17 @@
 //! consumer warpgroups also take turns issuing (ping-pong: one's softmax under the other's
 //! products).
 //! The masked d = 256 instances alone wait for both products before the softmax (their
-//! modifiers' registers on top of the second score array spilled).
+//! modifiers' registers on top of the second score array spilled). The 192-row instances of
+//! d ≤ 64 run three consumer warpgroups at 160 registers each and no ping-pong (it pairs two).
+//! At d ≥ 128 the inference instances keep a row's running maximum until a tile's exceeds it by
+//! 2^8 ([`OnlineSoftmax::step_lazy`]), so the output's rescale is skipped on most tiles.
+//!
+//! Persistent instances launch about one block an SM; a block walks query tiles one after the
+//! other, its producer loading the next tile's Q (once the consumers arrived on *Q empty* after
+//! their last `Q·Kᵀ`) and K/V while the consumers finish the current tile, the ring and the
+//! ping-pong turns running on across tiles. The static ones (no causal mask) walk tiles
+//! `x, x + grid, …`; the dynamic ones (causal) take each next tile from a launch counter, a
+//! head's longest tiles first, and hand it to the consumers through a shared-memory slot.
 //!
 //! With `partial_o` set (a step of context-parallel attention) each row is merged by
 //! log-sum-exp with the running result of the earlier steps (f32, in the partial rows) and
