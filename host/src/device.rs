@@ -464,8 +464,10 @@ impl Device {
 
     /// Copies `u32` words (sequence offsets) into a new device buffer, in `stream`'s order.
     pub(crate) fn upload_u32(&self, stream: &Arc<CudaStream>, host: &[u32]) -> Result<DeviceBuffer<u32>> {
-        let slice = if host.is_empty() { stream.alloc_zeros::<u32>(1) } else { stream.clone_htod(host) };
-        let slice = slice.map_err(|e| {
+        if host.is_empty() {
+            return self.zeroed_u32(stream, 0);
+        }
+        let slice = stream.clone_htod(host).map_err(|e| {
             self.alloc_error(e, format!("{} sequence offsets", host.len()), 4 * host.len() as u64)
         })?;
         Ok(DeviceBuffer { slice, len: host.len() })

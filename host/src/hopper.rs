@@ -140,7 +140,7 @@ impl Device {
         };
         let config = WGMMA_CONFIGS[index];
         let (tiles_m, tiles) = query_tiles(problem, config.block_m);
-        if (config.persistent != 0 || config.block_m == 192) && (io.partial.is_some() || io.o % 16 != 0) {
+        if !config.one_tile_128() && (io.partial.is_some() || io.o % 16 != 0) {
             // A persistent or 192-row instance stores its output by TMA; one that could not
             // (partial rows, or O at an address TMA does not take) would store it from registers,
             // a path their GPU tests do not reach: such calls run the one-tile, 128-row instance.

@@ -560,7 +560,7 @@ pub fn plan_for_backward(
     Ok(plan)
 }
 
-/// Queries a sequence from which the Hopper kernel runs d ≤ 64 in tiles of 192 rows (three
+/// Queries a sequence from which the Hopper kernel runs d ≤ 64 in fixed-length batches in tiles of 192 rows (three
 /// consumer warpgroups, each K/V tile serving 192 queries) instead of 128. Measured on the H200
 /// (session 20 `call1`, bf16, B·N = 16k, 32 heads): 192 rows −8 to −18% time without a mask and
 /// −3 to −11% with a causal one at N = 2048…16384; at N = 1024 +1% and +12% (6 tiles of 192
@@ -602,7 +602,7 @@ pub(crate) fn one_tile_per_block(
     for launch in &mut plan.launches {
         let Some(Family::FlashWgmma(e, i)) = launch.kernel.map(|k| k.info().family) else { continue };
         let a = WGMMA_CONFIGS[i];
-        if a.persistent == 0 && a.block_m != 192 {
+        if a.one_tile_128() {
             continue;
         }
         let Some(t) = wgmma_default(problem.head_dim() as u32) else { continue };
@@ -1070,14 +1070,12 @@ fn plan_wgmma(
         let supported = WGMMA_CONFIGS.iter().map(|c| c.head_dim).collect();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
     })?;
-    // A persistent grid (one block an SM walking the query tiles: the next tile's Q and K/V load
-    // under the current tile's last products and epilogue) for fixed-length problems without a
-    // window or modifier and with more tiles than SMs: a fixed stride over the tiles without a
-    // causal mask (every tile the same work), tiles taken from a counter, longest first, with
-    // one (a fixed stride over tiles of unequal cost lost 17–39%, NOTES v17).
     // A tile override picks among the instances of the kind; without one, d ≤ 64 takes its
-    // 192-row instances (three consumer warpgroups) from `ROWS_192_FROM` queries a sequence.
-    let rows_192 = opts.tiles.block_m.is_none() && problem.max_lens().0 >= ROWS_192_FROM;
+    // 192-row instances (three consumer warpgroups) from `ROWS_192_FROM` queries a sequence in
+    // fixed-length batches (a variable-length batch's sequences each end in a partial tile, and
+    // its 192-row rows were not timed).
+    let rows_192 =
+        opts.tiles.block_m.is_none() && problem.varlen().is_none() && problem.max_lens().0 >= ROWS_192_FROM;
     let index = match opts.tiles.block_m {
         Some(m) if m != WGMMA_CONFIGS[index].block_m as usize => {
             u32::try_from(m).ok().and_then(|m| wgmma_with_rows(index, m)).unwrap_or(index)
@@ -1085,6 +1083,11 @@ fn plan_wgmma(
         None if rows_192 => wgmma_with_rows(index, 192).unwrap_or(index),
         _ => index,
     };
+    // A persistent grid (one block an SM walking the query tiles: the next tile's Q and K/V load
+    // under the current tile's last products and epilogue) for fixed-length problems without a
+    // window or modifier and with more tiles than SMs: a fixed stride over the tiles without a
+    // causal mask (every tile the same work), tiles taken from a counter, longest first, with
+    // one (a fixed stride over tiles of unequal cost lost 17–39%, NOTES v17).
     let (_, total_tiles) = crate::hopper::query_tiles(problem, WGMMA_CONFIGS[index].block_m);
     let persistent = masked.is_none()
         && problem.varlen().is_none()

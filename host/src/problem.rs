@@ -226,7 +226,7 @@ impl std::str::FromStr for Method {
 ///
 /// On the Hopper kernel (`Method::FlashHopper`) a tile override picks among its instances: head
 /// dims up to 64 have 128-row and 192-row ones (the library takes 192 rows from 2048 queries a
-/// sequence); other sizes are refused with the ones that exist.
+/// sequence in fixed-length batches); other sizes are refused with the ones that exist.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Tiles {
     /// Query rows per thread block.

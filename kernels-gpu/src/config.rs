@@ -633,6 +633,13 @@ impl WgmmaConfig {
         self.block_m / WGMMA_ROWS
     }
 
+    /// Whether the instance runs one query tile of 128 rows a block: what the training forward,
+    /// context-parallel steps and outputs stored from registers take (the persistent and
+    /// 192-row instances' tests do not reach their register-store epilogue).
+    pub const fn one_tile_128(&self) -> bool {
+        self.persistent == 0 && self.block_m == 128
+    }
+
     /// Whether the instance stores its output tiles by TMA from shared memory (given O's tensor
     /// map, `WgmmaParams::o_map`): the inference instances, except d = 128's masked instance
     /// with the overlap, which spilled 8 bytes with that epilogue beside the other (the training
@@ -743,39 +750,38 @@ pub const fn wgmma_softcap(head_dim: u32) -> Option<usize> {
 /// instantiated: the static one without a causal mask, the dynamic one (`persistent` 2: tiles
 /// taken from a counter, longest first) with one.
 pub const fn wgmma_persistent(head_dim: u32, causal: bool) -> Option<usize> {
-    wgmma_find_in(head_dim, 0, 0, if causal { 2 } else { 1 })
+    wgmma_find_in(head_dim, 0, 0, if causal { 2 } else { 1 }, 0)
 }
 
 /// The instance of the same kind as instance `index` (head dims, `window`, `train`,
 /// `persistent`) with `block_m` query rows a tile, if one is instantiated (the default
 /// instances are the first of their kind; a tile override picks among the rest).
 pub const fn wgmma_with_rows(index: usize, block_m: u32) -> Option<usize> {
-    let want = WGMMA_CONFIGS[index];
-    let mut i = 0;
-    while i < WGMMA_CONFIGS.len() {
-        let c = WGMMA_CONFIGS[i];
-        if c.head_dim == want.head_dim
-            && c.window == want.window
-            && c.train == want.train
-            && c.persistent == want.persistent
-            && c.block_m == block_m
-        {
-            return Some(i);
-        }
-        i += 1;
-    }
-    None
+    let c = WGMMA_CONFIGS[index];
+    wgmma_find_in(c.head_dim, c.window, c.train, c.persistent, block_m)
 }
 
 const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {
-    wgmma_find_in(head_dim, window, train, 0)
+    wgmma_find_in(head_dim, window, train, 0, 0)
 }
 
-const fn wgmma_find_in(head_dim: u32, window: u32, train: u32, persistent: u32) -> Option<usize> {
+/// The first instance of a kind running head dim `d` (with `block_m` rows, or any for 0).
+const fn wgmma_find_in(
+    head_dim: u32,
+    window: u32,
+    train: u32,
+    persistent: u32,
+    block_m: u32,
+) -> Option<usize> {
     let mut i = 0;
     while i < WGMMA_CONFIGS.len() {
         let c = WGMMA_CONFIGS[i];
-        if c.runs(head_dim) && c.window == window && c.train == train && c.persistent == persistent {
+        if c.runs(head_dim)
+            && c.window == window
+            && c.train == train
+            && c.persistent == persistent
+            && (block_m == 0 || c.block_m == block_m)
+        {
             return Some(i);
         }
         i += 1;

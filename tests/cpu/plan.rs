@@ -978,6 +978,13 @@ fn hopper_tile_override_picks_the_192_row_instances() {
     let t =
         flashattn::plan_for_backward(&h200, DType::BF16, &problem(l, l, &auto(false)), &auto(false)).unwrap();
     assert_eq!(t.kernel(), "flash_fwd_wgmma_bf16_d64_m128_n128_s2_train", "{t}");
+    // A variable-length batch keeps 128 rows without an override (long sequences included).
+    let lens = vec![4096; 4];
+    let vl = flashattn::VarLen::from_lengths(&lens, &lens).unwrap();
+    let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
+    let pl = Layout::packed(4 * 4096, 32, 64);
+    let p = plan(&h200, DType::BF16, &problem(pl, pl, &vopts), &vopts).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d64_m128_n128_s2", "{p}");
     // d = 128 has no 192-row instance.
     let l = Layout::bshd(1, 1024, 2, 128);
     let err = plan(&h200, DType::BF16, &problem(l, l, &rows(192)), &rows(192)).unwrap_err();

@@ -266,8 +266,9 @@ unsafe fn flash_fwd_wgmma<
     }
     let a = &p.attn;
     if PERSIST && ((a.causal != 0) != DYN || a.cu_seqlens_q != 0 || (DYN && p.tile_counter == 0)) {
-        // Persistent instances run fixed-length problems without a causal mask (the host's
-        // rule): what follows takes both for granted. A launch error, not wrong rows.
+        // Persistent instances run fixed-length problems, the static ones without a causal mask
+        // and the dynamic ones with one and a counter (the host's rule): what follows takes that
+        // for granted. A launch error, not wrong rows.
         // SAFETY: `trap` aborts the launch.
         unsafe { core::arch::nvptx::trap() }
     }
@@ -479,9 +480,10 @@ unsafe fn flash_fwd_wgmma<
         named_arrive::<256>(other_turn);
     }
     // The block's query tiles walked so far, `n`: its tile `t`, the K/V ring's position at its
-    // start (the ring runs on from one query tile to the next; every query tile of a persistent
-    // grid has the same key tiles, so `n` times them: one register carried, not three, which
-    // d = 128 spilled) and the parity of its Q's barrier.
+    // start (the ring runs on from one query tile to the next; every query tile of a static
+    // persistent grid has the same key tiles, so `n` times them: one register carried, not
+    // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
+    // and the parity of its Q's barrier.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
     loop {
         let t = if DYN {
