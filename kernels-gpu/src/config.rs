@@ -57,6 +57,12 @@ const ANY_PAD: u32 = u32::MAX;
 /// capability 9.0: 227 KiB). Other devices are checked at run time by the host.
 pub const HOPPER_SHARED_LIMIT: u32 = 227 * 1024;
 
+/// Shared memory of one SM of an A100 (sm_80), for all the blocks it holds.
+pub const AMPERE_SHARED_PER_SM: u32 = 164 * 1024;
+
+/// Shared memory the hardware reserves per resident block (sm_80 and later).
+pub const SHARED_RESERVED_PER_BLOCK: u32 = 1024;
+
 impl MmaConfig {
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
@@ -384,6 +390,22 @@ impl BwdConfig {
     pub const fn prep_shared_bytes(&self, wgmma: bool) -> u32 {
         wgmma_slack(wgmma)
             + 2 * self.pitch() * (2 * BWD_BLOCK_M + 2 * self.prep_stages(wgmma) * BWD_PREP_BLOCK_N)
+    }
+
+    /// Blocks per SM the main kernel's launch bounds ask for in the PTX of one target: its
+    /// `min_blocks` on Hopper (`wgmma`); on sm_80 at most as many as the A100's shared memory
+    /// per SM ([`AMPERE_SHARED_PER_SM`]) holds, since a bound that no SM can reach would only
+    /// take registers from the kernel (the d = 32 and 64 instances ask for three, of which an
+    /// A100 fits two).
+    pub const fn launch_min_blocks(&self, wgmma: bool) -> u32 {
+        let fit = AMPERE_SHARED_PER_SM / (self.shared_bytes(false) + SHARED_RESERVED_PER_BLOCK);
+        if wgmma || self.min_blocks <= fit {
+            self.min_blocks
+        } else if fit > 0 {
+            fit
+        } else {
+            1
+        }
     }
 
     /// Blocks per SM the residual preprocessing kernel's registers allow (launch bounds): 3 (170

@@ -248,14 +248,14 @@ macro_rules! wgmma_kernel_name {
 /// Calls `$m!` with the backward's instances, one `(head_dim, warps, min_blocks, window)` group
 /// each ([`crate::config::BwdConfig`]; all padded). The first of a head dim and window kind is
 /// its default; later ones are variants a tile override selects (`bwd_find`): d = 64's default is
-/// one warpgroup and 64 keys a block, two blocks an SM (NOTES b17), its variant the two-warpgroup
-/// block of 128 keys that was the default before.
+/// one warpgroup and 64 keys a block, three blocks an SM on Hopper (NOTES b17, b35), its variant
+/// the two-warpgroup block of 128 keys that was the default before.
 #[macro_export]
 macro_rules! for_each_bwd_instance {
     ($m:ident $(, $arg:tt)*) => {
         $m! { ($($arg),*)
             (32, 4, 3, 0)
-            (64, 4, 2, 0)
+            (64, 4, 3, 0)
             (128, 8, 1, 0)
             (32, 4, 3, 1)
             (64, 8, 1, 1)

@@ -557,7 +557,7 @@ fn backward_plans_and_refusals() {
     let plain = AttentionOptions::default();
     let default = plan_backward(&h200, DType::BF16, &problem(l, l, &plain), &plain, layouts).unwrap();
     assert!(
-        matches!(&default.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w4_b2")),
+        matches!(&default.launches[1].kind, LaunchKind::Kernel(k) if k.ends_with("_d64_w4_b3")),
         "{default}"
     );
     // (d = 64 copies its query tiles by cp.async: TMA measured no faster there.)

@@ -139,6 +139,7 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
     for names in MMA_KERNELS {
         bounds.extend(MMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
     }
+    let hopper = arch == flashattn_kernels::registry::Target::Sm90a.name();
     // (The backward's column-group instances exist in the sm_90a PTX only.)
     let on_arch = |c: &flashattn_kernels::config::BwdConfig| {
         c.col_groups() == 1 || arch == flashattn_kernels::registry::Target::Sm90a.name()
@@ -149,7 +150,7 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
                 .iter()
                 .zip(names)
                 .filter(|(c, _)| on_arch(c))
-                .map(|(c, n)| (n, c.threads(), c.min_blocks)),
+                .map(|(c, n)| (n, c.threads(), c.launch_min_blocks(hopper))),
         );
     }
     // The preprocessing kernels: 4 warps, three blocks per SM (170 registers; they hold two
