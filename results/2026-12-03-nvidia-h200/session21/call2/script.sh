@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 21 call 2: v38 (d = 64's plain Hopper inference instances with three K/V stages) on b35.
+# Session 21 call 2 (92463db): v38 (d = 64's plain Hopper inference instances with three K/V stages) on b35.
 # The whole GPU suite beside racecheck on hopper::persistent_bf16 and memcheck on
 # hopper::rows192_bf16 (small sets); A/B of the bf16 d = 64 headline forward against the
 # session's start (13b672d, `bench-old`), builds alternated three times; then the confirmation of
