@@ -385,6 +385,16 @@ pub enum InvalidInput {
         /// Elements it holds.
         len: usize,
     },
+    /// A training forward's residual of O, given by address, is not laid out as O.
+    #[error(
+        "o_lo (O's residual) must have the output's shape and strides, {expected:?}, but has {actual:?}: allocate it like the output (in PyTorch, torch.empty_like(out))"
+    )]
+    ResidualLayout {
+        /// O's layout.
+        expected: Box<crate::Layout>,
+        /// o_lo's layout.
+        actual: Box<crate::Layout>,
+    },
     /// The log-sum-exp output is too short.
     #[error("the lse output needs {needed} elements (batch × heads × seqlen_q), but holds {len}")]
     LseTooSmall {

@@ -107,6 +107,19 @@ pub struct BackwardTensors {
     pub dv: ExternalTensor,
 }
 
+/// A training forward's residuals in memory the caller owns (what [`crate::SavedForBackward`]
+/// holds for the safe API): O's residual `o_lo` (the call's dtype, O's layout) and the rows'
+/// statistics `rows` (f32, two per log-sum-exp row). [`Device::attention_for_backward_external`]
+/// writes them where its plan says so ([`Plan::residuals`]);
+/// [`Device::attention_backward_from_residuals_external`] reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExternalResiduals {
+    /// O's residual, laid out as O.
+    pub o_lo: ExternalTensor,
+    /// Each row's probability offset and sum.
+    pub rows: ExternalBuffer,
+}
+
 /// The bytes a tensor's address must be a multiple of on the GPU: 16 where the tensor-core
 /// kernels may copy its rows 16 bytes at a time (16-bit elements, a head dim and every stride of
 /// a dimension longer than 1 multiples of [`TC_STRIDE_ALIGN`] elements; the planner assumes such
@@ -226,6 +239,100 @@ fn backward_extents(dtype: DType, t: &BackwardTensors, on_gpu: bool) -> Result<V
     }
     check_disjoint(&extents)?;
     Ok(extents)
+}
+
+/// The residuals' extents beside a call's own (inputs of a backward, outputs of a forward): O's
+/// residual must be laid out as `o` (the kernels address it with O's strides), the rows hold two
+/// f32 per log-sum-exp row.
+fn residual_extents(
+    dtype: DType,
+    r: &ExternalResiduals,
+    o: &ExternalTensor,
+    lse_rows: usize,
+    output: bool,
+) -> Result<[Extent; 2], InvalidInput> {
+    if r.o_lo.layout != o.layout {
+        return Err(InvalidInput::ResidualLayout {
+            expected: Box::new(o.layout),
+            actual: Box::new(r.o_lo.layout),
+        });
+    }
+    let rows = lse_rows.checked_mul(2).ok_or(InvalidInput::LayoutOverflow { tensor: "rows" })?;
+    if rows > r.rows.len {
+        return Err(InvalidInput::SavedTooSmall { what: "row statistics", needed: rows, len: r.rows.len });
+    }
+    Ok([
+        tensor_extent("o_lo", &r.o_lo, dtype, true, output)?,
+        extent("rows", r.rows.address, Some(rows), 4, 8, output)?,
+    ])
+}
+
+/// [`plan_attention`] for a training forward ([`crate::plan_for_backward`]) that writes its
+/// residuals to `r` where its plan says so ([`Plan::residuals`]); the log-sum-exp is required.
+/// What [`Device::attention_for_backward_external`] checks before it queues work.
+pub fn plan_attention_for_backward(
+    props: &DeviceProps,
+    dtype: DType,
+    t: &ForwardTensors,
+    r: &ExternalResiduals,
+    opts: &AttentionOptions,
+) -> Result<(Problem, Plan)> {
+    training_forward_checked(props, dtype, t, r, opts).map(|(problem, plan, _)| (problem, plan))
+}
+
+/// [`plan_attention_for_backward`], with the call's extents.
+fn training_forward_checked(
+    props: &DeviceProps,
+    dtype: DType,
+    t: &ForwardTensors,
+    r: &ExternalResiduals,
+    opts: &AttentionOptions,
+) -> Result<(Problem, Plan, Vec<Extent>)> {
+    let lens = [t.q.len, t.k.len, t.v.len, t.out.len];
+    let problem = Problem::new(t.q.layout, t.k.layout, t.v.layout, t.out.layout, lens, opts)?;
+    problem.check_lse_len(Some(t.lse.map_or(0, |l| l.len)))?;
+    let mut extents = forward_extents(dtype, t, true)?;
+    extents.extend(residual_extents(dtype, r, &t.out, problem.lse_len(), true)?);
+    check_disjoint(&extents)?;
+    if opts.method == Method::Standard {
+        return Err(InvalidInput::ExternalMethod { method: Method::Standard }.into());
+    }
+    let plan = crate::plan::plan_for_backward(props, dtype, &problem, opts)?;
+    if plan.method == Method::Standard {
+        // (f32: no training instance; the caller's stream cannot run cuBLAS.)
+        return Ok((problem.clone(), forward_plan(props, dtype, &problem, opts)?, extents));
+    }
+    Ok((problem, plan, extents))
+}
+
+/// [`plan_attention_backward`] from a training forward's residuals
+/// ([`crate::plan_backward_from_residuals`]): what
+/// [`Device::attention_backward_from_residuals_external`] checks before it queues work.
+pub fn plan_attention_backward_from_residuals(
+    props: &DeviceProps,
+    dtype: DType,
+    t: &BackwardTensors,
+    r: &ExternalResiduals,
+    opts: &AttentionOptions,
+) -> Result<(Problem, Plan)> {
+    backward_from_residuals_checked(props, dtype, t, r, opts).map(|(problem, plan, _)| (problem, plan))
+}
+
+/// [`plan_attention_backward_from_residuals`], with the call's extents.
+fn backward_from_residuals_checked(
+    props: &DeviceProps,
+    dtype: DType,
+    t: &BackwardTensors,
+    r: &ExternalResiduals,
+    opts: &AttentionOptions,
+) -> Result<(Problem, Plan, Vec<Extent>)> {
+    let problem = backward_problem(t, opts)?;
+    let mut extents = backward_extents(dtype, t, true)?;
+    extents.extend(residual_extents(dtype, r, &t.o, problem.lse_len(), false)?);
+    check_disjoint(&extents)?;
+    let layouts = [("d_o", &t.d_o.layout), ("dq", &t.dq.layout), ("dk", &t.dk.layout), ("dv", &t.dv.layout)];
+    let plan = crate::plan::plan_backward_from_residuals(props, dtype, &problem, opts, layouts)?;
+    Ok((problem, plan, extents))
 }
 
 /// The forward's problem, the checks on its addresses (GPU rules) and its plan on a device with
@@ -428,6 +535,87 @@ impl Device {
         };
         // (The plan is never `Standard` here: `forward_plan`.)
         self.run_kernels(&stream, dtype, &problem, io, &plan)?;
+        Ok(plan)
+    }
+
+    /// The training forward ([`Device::attention_for_backward`]) on tensors in device memory
+    /// that the caller owns, queued on the caller's stream (see [`Device::attention_external`]):
+    /// writes O, the log-sum-exp (required) and, where the returned plan says so
+    /// ([`Plan::residuals`]: the Hopper kernel's training instances), the residuals `r` with
+    /// which [`Device::attention_backward_from_residuals_external`] skips its pass over the keys
+    /// (one O-sized tensor and 8 bytes a row more than the log-sum-exp). Where the plan keeps no
+    /// residuals, `r` is not written and the backward takes the log-sum-exp
+    /// ([`Device::attention_backward_external`]).
+    ///
+    /// # Safety
+    /// As [`Device::attention_external`], for every tensor (`r`'s are outputs).
+    pub unsafe fn attention_for_backward_external(
+        &self,
+        stream: sys::CUstream,
+        dtype: DType,
+        tensors: &ForwardTensors,
+        r: &ExternalResiduals,
+        opts: &AttentionOptions,
+    ) -> Result<Plan> {
+        let (problem, plan, extents) = training_forward_checked(self.props(), dtype, tensors, r, opts)?;
+        if plan.launches.is_empty() {
+            return Ok(plan);
+        }
+        let _restore = RestoreContext::save();
+        // SAFETY: the caller's contract on `stream`.
+        let stream = unsafe { self.external_stream(stream, &extents) }?;
+        let io = crate::attention::Io {
+            q: tensors.q.address,
+            k: tensors.k.address,
+            v: tensors.v.address,
+            o: tensors.out.address,
+            lse: tensors.lse.map_or(0, |l| l.address),
+            partial: None,
+            residuals: plan.residuals.then_some((r.o_lo.address, r.rows.address)),
+        };
+        self.run_kernels(&stream, dtype, &problem, io, &plan)?;
+        Ok(plan)
+    }
+
+    /// [`Device::attention_backward_saved`] on tensors in device memory that the caller owns,
+    /// queued on the caller's stream (see [`Device::attention_external`]): the backward that
+    /// takes `D` from O and its residual instead of a pass over the keys.
+    ///
+    /// # Safety
+    /// As [`Device::attention_backward_external`], and: `r` and the log-sum-exp are what
+    /// [`Device::attention_for_backward_external`] wrote for this problem (the same tensors'
+    /// layouts and options, O its output), with a plan that kept residuals
+    /// ([`Plan::residuals`]). (Residuals of another forward give wrong gradients; their sizes,
+    /// layout and memory are checked, so they cannot make the call read out of bounds.)
+    pub unsafe fn attention_backward_from_residuals_external(
+        &self,
+        stream: sys::CUstream,
+        dtype: DType,
+        tensors: &BackwardTensors,
+        r: &ExternalResiduals,
+        opts: &AttentionOptions,
+    ) -> Result<Plan> {
+        let (problem, plan, extents) =
+            backward_from_residuals_checked(self.props(), dtype, tensors, r, opts)?;
+        if plan.launches.is_empty() {
+            return Ok(plan);
+        }
+        let _restore = RestoreContext::save();
+        // SAFETY: the caller's contract on `stream`.
+        let stream = unsafe { self.external_stream(stream, &extents) }?;
+        let t = tensors;
+        let io = BwdIo {
+            q: t.q.address,
+            k: t.k.address,
+            v: t.v.address,
+            lse: t.lse.address,
+            d_o: (t.d_o.address, t.d_o.layout),
+            dq: (t.dq.address, t.dq.layout),
+            dk: (t.dk.address, t.dk.layout),
+            dv: (t.dv.address, t.dv.layout),
+            residuals: plan.residuals.then_some((t.o.address, r.o_lo.address, r.rows.address)),
+        };
+        self.run_backward(&stream, &problem, &plan, &io, opts.deterministic)?;
         Ok(plan)
     }
 
@@ -954,6 +1142,65 @@ mod tests {
         assert!(matches!(
             invalid(plan_attention_backward(&h200(), DType::F32, &backward(64), &opts)),
             InvalidInput::Unsupported { reason: Reason::DType { .. }, .. }
+        ));
+    }
+
+    /// A training forward and its backward through the residuals: the safe API's plans, and
+    /// the residuals' own checks (O's layout, the rows' length, overlaps, a log-sum-exp).
+    #[test]
+    fn residual_plans_and_checks() {
+        let mib = 1 << 20;
+        let opts = AttentionOptions { causal: true, ..Default::default() };
+        let t = forward();
+        let r = ExternalResiduals {
+            o_lo: at(6 * mib, 2, 128, 4, 64),
+            rows: ExternalBuffer { address: 7 * mib, len: 2 * 2 * 4 * 128 },
+        };
+        let (problem, plan) = plan_attention_for_backward(&h200(), DType::BF16, &t, &r, &opts).unwrap();
+        assert_eq!(plan, crate::plan::plan_for_backward(&h200(), DType::BF16, &problem, &opts).unwrap());
+        assert!(plan.residuals, "{plan}");
+        let mut bad = r;
+        bad.o_lo.layout = Layout::bhsd(2, 128, 4, 64);
+        assert!(matches!(
+            invalid(plan_attention_for_backward(&h200(), DType::BF16, &t, &bad, &opts)),
+            InvalidInput::ResidualLayout { .. }
+        ));
+        let mut bad = r;
+        bad.rows.len -= 1;
+        assert!(matches!(
+            invalid(plan_attention_for_backward(&h200(), DType::BF16, &t, &bad, &opts)),
+            InvalidInput::SavedTooSmall { what: "row statistics", .. }
+        ));
+        let mut bad = r;
+        bad.rows.address = t.out.address + 8;
+        assert!(matches!(
+            invalid(plan_attention_for_backward(&h200(), DType::BF16, &t, &bad, &opts)),
+            InvalidInput::OutputOverlap { .. }
+        ));
+        let no_lse = ForwardTensors { lse: None, ..t };
+        assert!(matches!(
+            invalid(plan_attention_for_backward(&h200(), DType::BF16, &no_lse, &r, &opts)),
+            InvalidInput::LseTooSmall { len: 0, .. }
+        ));
+        // The backward reads them (inputs: they may not overlap its outputs).
+        let b = backward(64);
+        let r = ExternalResiduals {
+            o_lo: at(10 * mib, 1, 64, 2, 64),
+            rows: ExternalBuffer { address: 11 * mib, len: 2 * 128 },
+        };
+        let (problem, plan) =
+            plan_attention_backward_from_residuals(&h200(), DType::BF16, &b, &r, &opts).unwrap();
+        let layouts =
+            [("d_o", &b.d_o.layout), ("dq", &b.dq.layout), ("dk", &b.dk.layout), ("dv", &b.dv.layout)];
+        let safe = crate::plan::plan_backward_from_residuals(&h200(), DType::BF16, &problem, &opts, layouts)
+            .unwrap();
+        assert_eq!(plan, safe);
+        assert!(plan.residuals, "{plan}");
+        let mut bad = r;
+        bad.o_lo.address = b.dq.address;
+        assert!(matches!(
+            invalid(plan_attention_backward_from_residuals(&h200(), DType::BF16, &b, &bad, &opts)),
+            InvalidInput::OutputOverlap { output: "dq", other: "o_lo", .. }
         ));
     }
 

@@ -37,7 +37,7 @@ pub use backward::DeviceGradients;
 pub use buffer::{DType, DeviceBuffer, Element};
 pub use device::{Device, DeviceProps};
 pub use error::{Error, InvalidInput, Result, RingError};
-pub use external::{BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
+pub use external::{BackwardTensors, ExternalBuffer, ExternalResiduals, ExternalTensor, ForwardTensors};
 pub use plan::{
     AUTO_RULES, AutoRule, Launch, LaunchKind, NotTaken, Plan, Reason, STANDARD_SCRATCH_FRACTION, TileError,
     plan, plan_backward, plan_backward_from_residuals, plan_for_backward,

@@ -110,9 +110,12 @@ def varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     return cu_q, cu_k
 
 
-def _forward(q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes):
+def _forward(q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, train=False):
     """The forward on detached ``q, k, v``: returns them as run (a head dimension that was not
-    contiguous copied), the output, the log-sum-exp and the options (for the backward)."""
+    contiguous copied), the output, the log-sum-exp, the options (for the backward) and, with
+    ``train`` on CUDA, the training forward's residuals ``(o_lo, rows)`` where its kernel keeps
+    them (else ``None``): one tensor of the output's size and two float32 per row, with which the
+    backward skips a pass over the keys (about a fifth of its time)."""
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     out = _empty_out(q)
     lse = torch.empty(lse_shape(q, varlen is not None), dtype=torch.float32, device=q.device)
@@ -125,10 +128,17 @@ def _forward(q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi
         cu_seqlens_q=None if varlen is None else varlen[0],
         cu_seqlens_k=None if varlen is None else varlen[1],
     )
+    if train and q.is_cuda:
+        o_lo = torch.empty_like(out)
+        rows = torch.empty((2 * lse.numel(),), dtype=torch.float32, device=q.device)
+        args, guard = _export(q, (q, k, v, out, lse, o_lo, rows))
+        with guard:
+            _, kept = _core.forward_train(*args, stream=_stream(q), **_core_options(options))
+        return q, k, v, out, lse, options, (o_lo, rows) if kept else None
     args, guard = _export(q, (q, k, v, out, lse))
     with guard:
         _core.forward(*args, stream=_stream(q), **_core_options(options))
-    return q, k, v, out, lse, options
+    return q, k, v, out, lse, options, None
 
 
 class FlashAttnFunc(torch.autograd.Function):
@@ -137,11 +147,11 @@ class FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic):
-        q, k, v, out, lse, options = _forward(
+        q, k, v, out, lse, options, residuals = _forward(
             q.detach(), k.detach(), v.detach(), varlen, softmax_scale, causal, window_size, softcap,
-            alibi_slopes,
+            alibi_slopes, train=True,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse, *(residuals or ()))
         ctx.options = options
         ctx.deterministic = deterministic
         ctx.mark_non_differentiable(lse)
@@ -151,13 +161,15 @@ class FlashAttnFunc(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         # (The saved output is the Function's own, which requires grad: DLPack exports detached
         # tensors only.)
-        q, k, v, out, lse = (t.detach() for t in ctx.saved_tensors)
+        q, k, v, out, lse, *residuals = (t.detach() for t in ctx.saved_tensors)
         dout = _maybe_contiguous(dout.detach())
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        args, guard = _export(q, (q, k, v, out, lse, dout, dq, dk, dv))
+        args, guard = _export(q, (q, k, v, out, lse, dout, dq, dk, dv, *residuals))
+        kept = dict(zip(("o_lo", "rows"), args[9:]))
         with guard:
             _core.backward(
-                *args, deterministic=ctx.deterministic, stream=_stream(q), **_core_options(ctx.options),
+                *args[:9], deterministic=ctx.deterministic, stream=_stream(q), **kept,
+                **_core_options(ctx.options),
             )
         return dq, dk, dv, None, None, None, None, None, None, None
 
@@ -191,7 +203,7 @@ def attention(
             q, k, v, varlen, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
         )
     else:
-        _, _, _, out, lse, _ = _forward(
+        _, _, _, out, lse, _, _ = _forward(
             _detached(q), _detached(k), _detached(v), varlen, softmax_scale, causal, window_size,
             softcap, alibi_slopes,
         )

@@ -13,7 +13,9 @@ mod dlpack;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use flashattn::external::{self, BackwardTensors, ExternalBuffer, ExternalTensor, ForwardTensors};
+use flashattn::external::{
+    self, BackwardTensors, ExternalBuffer, ExternalResiduals, ExternalTensor, ForwardTensors,
+};
 use flashattn::{AttentionOptions, BlockTable, DType, Device, Error, InvalidInput, Layout, VarLen, Window};
 use pyo3::exceptions::{PyMemoryError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
@@ -108,6 +110,20 @@ fn writable(t: &Tensor) -> PyResult<()> {
 }
 
 /// The log-sum-exp output: a dense float32 tensor.
+/// The rows' statistics of a training forward (`rows`): a contiguous float32 tensor of two
+/// elements per log-sum-exp row.
+fn rows_buffer(t: &Tensor) -> PyResult<ExternalBuffer> {
+    if t.dtype != Dtype::F32 || !t.is_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "rows must be a contiguous float32 tensor (two elements per lse row), got a {} one with shape {:?} and strides {:?}",
+            t.dtype.name(),
+            t.shape,
+            t.strides
+        )));
+    }
+    Ok(ExternalBuffer { address: t.address, len: t.numel() })
+}
+
 fn lse_buffer(t: &Tensor) -> PyResult<ExternalBuffer> {
     writable(t)?;
     if t.dtype != Dtype::F32 || !t.is_contiguous() {
@@ -343,14 +359,84 @@ fn stream_handle(stream: Option<usize>) -> external::CUstream {
     stream.unwrap_or(0) as external::CUstream
 }
 
+/// The training forward (CUDA tensors): `forward`'s output and log-sum-exp, and, where the
+/// kernel keeps them (the Hopper kernel's training instances), the residuals with which
+/// `backward` skips its pass over the keys: `o_lo`, O's residual (laid out as `out`:
+/// `torch.empty_like(out)`), and `rows`, two float32 per log-sum-exp row. Returns the plan in
+/// words and whether the residuals were written (if not, pass none to `backward`).
+#[pyfunction]
+#[pyo3(signature = (q, k, v, out, lse, o_lo, rows, *, softmax_scale=None, causal=false, window_left=None,
+    window_right=None, softcap=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, stream=None))]
+#[allow(clippy::too_many_arguments)]
+fn forward_train(
+    q: &Bound<'_, PyAny>,
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    lse: &Bound<'_, PyAny>,
+    o_lo: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+    softmax_scale: Option<f32>,
+    causal: bool,
+    window_left: Option<usize>,
+    window_right: Option<usize>,
+    softcap: Option<f32>,
+    alibi_slopes: Option<&Bound<'_, PyAny>>,
+    cu_seqlens_q: Option<&Bound<'_, PyAny>>,
+    cu_seqlens_k: Option<&Bound<'_, PyAny>>,
+    stream: Option<usize>,
+) -> PyResult<(String, bool)> {
+    let packed = cu_seqlens_q.is_some() || cu_seqlens_k.is_some();
+    let imp = |obj: &Bound<'_, PyAny>, name| dlpack::import(obj, name, stream);
+    let (tq, tk, tv, to) = (imp(q, "q")?, imp(k, "k")?, imp(v, "v")?, imp(out, "out")?);
+    let (tl, tlo, trows) = (imp(lse, "lse")?, imp(o_lo, "o_lo")?, imp(rows, "rows")?);
+    for t in [&to, &tlo, &trows] {
+        writable(t)?;
+    }
+    let (dev, dtype) = same_device_and_dtype(&[&tq, &tk, &tv, &to, &tlo], &[&tl, &trows])?;
+    if dev.0 != DL_CUDA {
+        return Err(PyValueError::new_err(
+            "forward_train runs on CUDA tensors (host tensors: forward, whose backward takes the log-sum-exp)",
+        ));
+    }
+    let opts = options(
+        softmax_scale,
+        causal,
+        window_left,
+        window_right,
+        softcap,
+        alibi_slopes,
+        (cu_seqlens_q, cu_seqlens_k),
+        None,
+        false,
+    )?;
+    let tensors = ForwardTensors {
+        q: attn_tensor(&tq, packed)?,
+        k: attn_tensor(&tk, packed)?,
+        v: attn_tensor(&tv, packed)?,
+        out: attn_tensor(&to, packed)?,
+        lse: Some(lse_buffer(&tl)?),
+    };
+    let residuals = ExternalResiduals { o_lo: attn_tensor(&tlo, packed)?, rows: rows_buffer(&trows)? };
+    let device = device(dev.1.max(0) as usize)?;
+    // SAFETY: as in `forward` (o_lo and rows are outputs, checked like `out`).
+    let plan = unsafe {
+        device.attention_for_backward_external(stream_handle(stream), dtype, &tensors, &residuals, &opts)
+    }
+    .map_err(to_py)?;
+    Ok((plan.to_string(), plan.residuals))
+}
+
 /// Backward attention: from the forward's `q`, `k`, `v`, `out`, `lse` and the upstream gradient
 /// `dout`, writes `dq`, `dk`, `dv` (the shapes of q, k, v; K/V gradients summed over the query
 /// heads of each group). `softmax_scale`, `causal`, the window and `cu_seqlens_*` must be the
-/// forward's. Returns the plan in words (`"cpu"` for host memory).
+/// forward's. With `o_lo` and `rows` (CUDA: what `forward_train` wrote for this forward, when
+/// it returned true) it takes `D` from O and its residual instead of a pass over the keys.
+/// Returns the plan in words (`"cpu"` for host memory).
 #[pyfunction]
 #[pyo3(signature = (q, k, v, out, lse, dout, dq, dk, dv, *, softmax_scale=None, causal=false,
     window_left=None, window_right=None, softcap=None, alibi_slopes=None, cu_seqlens_q=None,
-    cu_seqlens_k=None, deterministic=false, stream=None))]
+    cu_seqlens_k=None, deterministic=false, o_lo=None, rows=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
 fn backward(
     py: Python<'_>,
@@ -372,6 +458,8 @@ fn backward(
     cu_seqlens_q: Option<&Bound<'_, PyAny>>,
     cu_seqlens_k: Option<&Bound<'_, PyAny>>,
     deterministic: bool,
+    o_lo: Option<&Bound<'_, PyAny>>,
+    rows: Option<&Bound<'_, PyAny>>,
     stream: Option<usize>,
 ) -> PyResult<String> {
     let packed = cu_seqlens_q.is_some() || cu_seqlens_k.is_some();
@@ -410,15 +498,34 @@ fn backward(
         dk: t(&tdk)?,
         dv: t(&tdv)?,
     };
+    let residuals = match (o_lo, rows) {
+        (None, None) => None,
+        (Some(lo), Some(r)) if dev.0 == DL_CUDA => {
+            let (tlo, trows) = (imp(lo, "o_lo")?, imp(r, "rows")?);
+            same_device_and_dtype(&[&tq, &tlo], &[&tl, &trows])?;
+            Some(ExternalResiduals { o_lo: t(&tlo)?, rows: rows_buffer(&trows)? })
+        }
+        (Some(_), Some(_)) => {
+            return Err(PyValueError::new_err("o_lo and rows are a CUDA training forward's (forward_train)"));
+        }
+        _ => return Err(PyValueError::new_err("o_lo and rows go together: pass both or neither")),
+    };
     if dev.0 == DL_CPU {
         // SAFETY: as in `forward`.
         py.detach(|| unsafe { external::cpu_attention_backward(dtype, &tensors, &opts) }).map_err(to_py)?;
         return Ok("cpu".to_string());
     }
     let device = device(dev.1.max(0) as usize)?;
-    // SAFETY: as in `forward`.
-    let plan = unsafe { device.attention_backward_external(stream_handle(stream), dtype, &tensors, &opts) }
-        .map_err(to_py)?;
+    let stream = stream_handle(stream);
+    // SAFETY: as in `forward`; the residuals are the caller's `forward_train`'s for this
+    // forward (documented), their sizes and layout checked.
+    let plan = unsafe {
+        match &residuals {
+            Some(r) => device.attention_backward_from_residuals_external(stream, dtype, &tensors, r, &opts),
+            None => device.attention_backward_external(stream, dtype, &tensors, &opts),
+        }
+    }
+    .map_err(to_py)?;
     Ok(plan.to_string())
 }
 
@@ -426,6 +533,7 @@ fn backward(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(forward, m)?)?;
+    m.add_function(wrap_pyfunction!(forward_train, m)?)?;
     m.add_function(wrap_pyfunction!(backward, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -135,6 +135,32 @@ def test_softcap_and_alibi_forward_and_backward(causal, dtype):
         assert err(ours, r) <= 2 * err(b, r) + 1e-4, name
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_training_forward_keeps_residuals_on_hopper(causal):
+    """On sm_90 the autograd Function's forward is the Hopper kernel's training forward, which
+    keeps O's residual and the rows' statistics; the backward reads them instead of making a
+    pass over the keys. Its gradients hold the rule, on logits in the hundreds too (nearly
+    one-hot rows, where `D` from O in the dtype alone would not)."""
+    if torch.cuda.get_device_capability(DEV) < (9, 0):
+        pytest.skip("the residuals are the Hopper kernel's (sm_90)")
+    from flashattn._torch import _forward
+
+    for scale, seed in ((None, 3), (8.0, 4)):
+        q, k, v = inputs(2, 300, 333, 4, 2, 128, torch.bfloat16, grad=True, seed=seed)
+        *_, residuals = _forward(q.detach(), k.detach(), v.detach(), None, scale, causal, (-1, -1), 0.0, None, train=True)
+        assert residuals is not None and residuals[0].shape == q.shape
+        dout = torch.randn_like(q)
+        out = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+        ref = torch.autograd.grad(standard(q64, k64, v64, causal, scale), (q64, k64, v64), dout.double())
+        qb, kb, vb = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        base = torch.autograd.grad(standard(qb, kb, vb, causal, scale), (qb, kb, vb), dout)
+        for name, ours, r, b in zip(("dq", "dk", "dv"), grads, ref, base):
+            assert torch.isfinite(ours).all(), name
+            assert err(ours, r) <= 2 * err(b, r) + 1e-4, (name, scale)
+
+
 def test_deterministic_backward_is_reproducible():
     q, k, v = inputs(2, 256, 256, 4, 4, 64, torch.float16, grad=True)
     dout = torch.randn_like(q)
