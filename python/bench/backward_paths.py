@@ -5,8 +5,8 @@ had the residual path), with PyTorch's FlashAttention-2 backend beside them. Tim
 CUDA events around one backward (`torch.autograd.grad` of the output), after warm-up, with the
 forward outside the timed region.
 
-Usage (on the GPU machine): run.sh python-script python/bench/backward_paths.py [--out FILE]
-or, with the wheel installed: python backward_paths.py [--out FILE]
+Usage, with the wheel installed (on the GPU machine: `pip install --target DIR` the bundle's wheel,
+then `PYTHONPATH=DIR`): python backward_paths.py [--out FILE]
 """
 
 import argparse
@@ -52,13 +52,13 @@ def main():
             out = flash_attn_func(q, k, v, causal=causal)
             ours = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), args.reps)
             # The log-sum-exp path: the same Function with the training forward switched off.
-            train = layer._forward
-            layer._forward = lambda *a, train=False: train(*a)
+            original = layer._forward
+            layer._forward = lambda *a, train=False: original(*a)
             try:
                 out_lse = flash_attn_func(q, k, v, causal=causal)
                 lse = median_ms(lambda: torch.autograd.grad(out_lse, (q, k, v), dout, retain_graph=True), args.reps)
             finally:
-                layer._forward = train
+                layer._forward = original
             qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
                 ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
