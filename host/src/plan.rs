@@ -516,7 +516,8 @@ pub fn plan(
 
 /// [`plan`] for a training forward ([`crate::Device::attention_for_backward`]): the same method
 /// and tiles, on the Hopper kernel's training instance of the same kind (plain, masked or
-/// softcap) where one runs the problem (head dims 40–256; masked 40–128), which also writes what the backward
+/// softcap) where one runs the problem (head dims up to 256, those up to 32 padded to 64 columns
+/// under `Method::Auto`; masked up to 128), which also writes what the backward
 /// needs to skip its pass over the keys ([`Plan::residuals`]). Elsewhere the plan is [`plan`]'s,
 /// and the backward makes that pass.
 pub fn plan_for_backward(
@@ -525,8 +526,9 @@ pub fn plan_for_backward(
     problem: &Problem,
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
+    let base = small_head_dims_on_hopper(props, dtype, problem, opts, plan(props, dtype, problem, opts)?);
     // (The training instances run one query tile a block, of 128 rows.)
-    let mut plan = one_tile_per_block(props, problem, plan(props, dtype, problem, opts)?)?;
+    let mut plan = one_tile_per_block(props, problem, base)?;
     let training = plan.launches.iter().enumerate().find_map(|(at, l)| match l.kernel?.info().family {
         Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
             let t = wgmma_train(problem.head_dim() as u32, WGMMA_CONFIGS[i].window)?;
@@ -553,12 +555,49 @@ pub fn plan_for_backward(
         );
     } else if !plan.launches.is_empty() {
         plan.why.push(
-            "training: this kernel keeps no residuals (only the Hopper kernel's instances do: head dims 40–256, \
-             40–128 masked), so the backward makes its pass over the keys from the log-sum-exp"
+            "training: this kernel keeps no residuals (only the Hopper kernel's instances do: head dims up to 256, \
+             up to 128 masked), so the backward makes its pass over the keys from the log-sum-exp"
                 .into(),
         );
     }
     Ok(plan)
+}
+
+/// A training forward's plan at head dims up to [`HOPPER_MIN_HEAD_DIM`] under `Method::Auto`: the
+/// Hopper kernel (padded to 64 columns) where it runs the problem and Auto passed it over for the
+/// head dim alone. Its training instance keeps the residuals, and the backward from them skips
+/// its pass over the keys; that saves more than the padded forward costs (at inference Auto keeps
+/// the `mma.sync` d = 32 instance, [`HOPPER_MIN_HEAD_DIM`]).
+fn small_head_dims_on_hopper(
+    props: &DeviceProps,
+    dtype: DType,
+    problem: &Problem,
+    opts: &AttentionOptions,
+    auto: Plan,
+) -> Plan {
+    let passed_over = opts.method == Method::Auto
+        && opts.tiles == Tiles::default()
+        && problem.head_dim() <= HOPPER_MIN_HEAD_DIM
+        && problem.max_lens().0 >= HOPPER_MIN_QUERY_ROWS
+        && auto.method == Method::FlashTensorCore;
+    if !passed_over {
+        return auto;
+    }
+    let hopper = AttentionOptions { method: Method::FlashHopper, ..opts.clone() };
+    match plan(props, dtype, problem, &hopper) {
+        Ok(mut p) => {
+            p.why.insert(
+                0,
+                format!(
+                    "training forward at d = {} ≤ {HOPPER_MIN_HEAD_DIM}: the Hopper kernel padded to 64 columns, \
+                     whose training instance keeps the residuals (at inference Auto keeps the mma.sync kernel)",
+                    problem.head_dim()
+                ),
+            );
+            p
+        }
+        Err(_) => auto,
+    }
 }
 
 /// Queries a sequence from which the Hopper kernel runs d ≤ 64 in fixed-length batches in tiles of 192 rows (three

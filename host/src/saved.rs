@@ -25,8 +25,9 @@ use crate::plan::Plan;
 use crate::problem::{AttentionOptions, Layout, Problem};
 
 /// The state a training forward keeps for the GPU backward: the log-sum-exp and, where the
-/// forward's kernel writes them (the Hopper kernel's training instances: f16/bf16, head dims 40
-/// to 128, windows and score modifiers included), O's residual and each row's probability offset and sum
+/// forward's kernel writes them (the Hopper kernel's training instances: f16/bf16, head dims up
+/// to 256, up to 128 with windows and score modifiers), O's residual and each row's probability
+/// offset and sum
 /// (module docs). Memory: the log-sum-exp, 8 bytes a row beside it, and one O-sized tensor.
 ///
 /// ```no_run

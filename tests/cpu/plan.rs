@@ -839,12 +839,29 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16"), "{bwd}");
         assert!(bwd.kernel().ends_with("_win"), "{bwd}");
     }
-    // No residuals (and the plan says so): sm_80, d = 32 (its forward on mma.sync), short
+    // Head dims up to 32: Auto's inference forward stays on mma.sync, its training forward takes
+    // the Hopper kernel padded to 64 columns (plain and masked), which keeps the residuals.
+    for (d, opts) in [
+        (32, auto.clone()),
+        (16, AttentionOptions { window: Window { left: Some(512), right: None }, ..auto.clone() }),
+    ] {
+        let l = Layout::bshd(2, 1000, 4, d);
+        let p = problem(l, l, &opts);
+        let inference = plan(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap();
+        assert_eq!(inference.method, Method::FlashTensorCore, "{inference}");
+        let fwd = plan_for_backward(&DeviceProps::h200(), DType::BF16, &p, &opts).unwrap();
+        assert!(fwd.residuals && fwd.kernel().starts_with("flash_fwd_wgmma_bf16_d64_"), "{fwd}");
+        assert!(fwd.why[0].starts_with(&format!("training forward at d = {d} ≤ 32")), "{fwd}");
+        let bwd = backward(&DeviceProps::h200(), &p, &opts, true);
+        assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16_d32"), "{bwd}");
+    }
+    // No residuals (and the plan says so): sm_80, d = 32 on the mma.sync kernel by name, short
     // sequences; their backward (`Device::attention_backward_saved` plans it with
     // `plan_backward`, the forward having kept none) makes the pass over the keys.
+    let mma = AttentionOptions { method: Method::FlashTensorCore, ..auto.clone() };
     let cases = [
         (DeviceProps::a100(), Layout::bshd(2, 1000, 4, 128), auto.clone()),
-        (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 32), auto.clone()),
+        (DeviceProps::h200(), Layout::bshd(2, 1000, 4, 32), mma),
         (DeviceProps::h200(), Layout::bshd(2, 64, 4, 128), auto.clone()),
     ];
     for (props, l, opts) in cases {
