@@ -288,9 +288,8 @@ fn training_forward_checked(
     r: &ExternalResiduals,
     opts: &AttentionOptions,
 ) -> Result<(Problem, Plan, Vec<Extent>)> {
-    let lens = [t.q.len, t.k.len, t.v.len, t.out.len];
-    let problem = Problem::new(t.q.layout, t.k.layout, t.v.layout, t.out.layout, lens, opts)?;
-    problem.check_lse_len(Some(t.lse.map_or(0, |l| l.len)))?;
+    // (The log-sum-exp is required: the backward reads it.)
+    let problem = forward_problem(t, Some(t.lse.map_or(0, |l| l.len)), opts)?;
     let mut extents = forward_extents(dtype, t, true)?;
     extents.extend(residual_extents(dtype, r, &t.out, problem.lse_len(), true)?);
     check_disjoint(&extents)?;
@@ -298,10 +297,9 @@ fn training_forward_checked(
         return Err(InvalidInput::ExternalMethod { method: Method::Standard }.into());
     }
     let plan = crate::plan::plan_for_backward(props, dtype, &problem, opts)?;
-    if plan.method == Method::Standard {
-        // (f32: no training instance; the caller's stream cannot run cuBLAS.)
-        return Ok((problem.clone(), forward_plan(props, dtype, &problem, opts)?, extents));
-    }
+    // Where Auto took standard attention (f32: no training instance), `forward_plan`'s fallback.
+    let plan =
+        if plan.method == Method::Standard { forward_plan(props, dtype, &problem, opts)? } else { plan };
     Ok((problem, plan, extents))
 }
 
@@ -344,9 +342,7 @@ pub fn plan_attention(
     t: &ForwardTensors,
     opts: &AttentionOptions,
 ) -> Result<(Problem, Plan)> {
-    let lens = [t.q.len, t.k.len, t.v.len, t.out.len];
-    let problem = Problem::new(t.q.layout, t.k.layout, t.v.layout, t.out.layout, lens, opts)?;
-    problem.check_lse_len(t.lse.map(|l| l.len))?;
+    let problem = forward_problem(t, t.lse.map(|l| l.len), opts)?;
     forward_extents(dtype, t, true)?;
     let plan = forward_plan(props, dtype, &problem, opts)?;
     Ok((problem, plan))
@@ -391,6 +387,15 @@ pub fn plan_attention_backward(
     let layouts = [("d_o", &t.d_o.layout), ("dq", &t.dq.layout), ("dk", &t.dk.layout), ("dv", &t.dv.layout)];
     let plan = crate::plan::plan_backward(props, dtype, &problem, opts, layouts)?;
     Ok((problem, plan))
+}
+
+/// The forward's problem and its log-sum-exp's length (`lse_len`, if one is written): the safe
+/// API's checks, in its order.
+fn forward_problem(t: &ForwardTensors, lse_len: Option<usize>, opts: &AttentionOptions) -> Result<Problem> {
+    let lens = [t.q.len, t.k.len, t.v.len, t.out.len];
+    let problem = Problem::new(t.q.layout, t.k.layout, t.v.layout, t.out.layout, lens, opts)?;
+    problem.check_lse_len(lse_len)?;
+    Ok(problem)
 }
 
 /// The backward's problem: the safe API's checks, in its order.
@@ -778,10 +783,7 @@ macro_rules! with_element {
 ///   (`dtype`, f32 for the log-sum-exp) from there on, valid for the call.
 /// - No other thread writes the inputs or touches the outputs during the call.
 pub unsafe fn cpu_attention(dtype: DType, tensors: &ForwardTensors, opts: &AttentionOptions) -> Result<()> {
-    let lens = [tensors.q.len, tensors.k.len, tensors.v.len, tensors.out.len];
-    let t = tensors;
-    let problem = Problem::new(t.q.layout, t.k.layout, t.v.layout, t.out.layout, lens, opts)?;
-    problem.check_lse_len(t.lse.map(|l| l.len))?;
+    forward_problem(tensors, tensors.lse.map(|l| l.len), opts)?;
     let extents = forward_extents(dtype, tensors, false)?;
     // SAFETY: the caller's contract, on extents checked for alignment and overlap.
     unsafe { with_element!(dtype, cpu_forward, tensors, &extents, opts) }

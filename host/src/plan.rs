@@ -533,8 +533,8 @@ pub fn plan_for_backward(
         Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
             let t = wgmma_train(problem.head_dim() as u32, WGMMA_CONFIGS[i].window)?;
             let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
-            // The same tiles (and so the same grid); the K/V stages are the block's own (d = 64's
-            // inference instances run three, its training instance two).
+            // The same tiles (and so the same grid); the K/V stages are each instance's own, so
+            // an inference instance may run more than its training twin.
             let same = (a.head_dim, a.block_m, a.block_n) == (b.head_dim, b.block_m, b.block_n);
             let kernel = kernel_on(plan.method, props, Family::FlashWgmma(e, t)).ok()?;
             same.then_some((at, kernel, b.shared_bytes()))

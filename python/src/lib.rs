@@ -109,13 +109,12 @@ fn writable(t: &Tensor) -> PyResult<()> {
     Ok(())
 }
 
-/// The log-sum-exp output: a dense float32 tensor.
-/// The rows' statistics of a training forward (`rows`): a contiguous float32 tensor of two
-/// elements per log-sum-exp row.
-fn rows_buffer(t: &Tensor) -> PyResult<ExternalBuffer> {
+/// A contiguous float32 tensor as the core's buffer: the log-sum-exp, and a training forward's
+/// rows' statistics (`rows`, two elements per log-sum-exp row). `name` says which.
+fn f32_buffer(t: &Tensor, name: &str) -> PyResult<ExternalBuffer> {
     if t.dtype != Dtype::F32 || !t.is_contiguous() {
         return Err(PyValueError::new_err(format!(
-            "rows must be a contiguous float32 tensor (two elements per lse row), got a {} one with shape {:?} and strides {:?}",
+            "{name} must be a contiguous float32 tensor, got a {} one with shape {:?} and strides {:?}",
             t.dtype.name(),
             t.shape,
             t.strides
@@ -124,17 +123,10 @@ fn rows_buffer(t: &Tensor) -> PyResult<ExternalBuffer> {
     Ok(ExternalBuffer { address: t.address, len: t.numel() })
 }
 
+/// The log-sum-exp output: a dense float32 tensor.
 fn lse_buffer(t: &Tensor) -> PyResult<ExternalBuffer> {
     writable(t)?;
-    if t.dtype != Dtype::F32 || !t.is_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "lse must be a contiguous float32 tensor, got a {} one with shape {:?} and strides {:?}",
-            t.dtype.name(),
-            t.shape,
-            t.strides
-        )));
-    }
-    Ok(ExternalBuffer { address: t.address, len: t.numel() })
+    f32_buffer(t, "lse")
 }
 
 /// Every tensor on one device, all attention tensors of one dtype.
@@ -417,7 +409,7 @@ fn forward_train(
         out: attn_tensor(&to, packed)?,
         lse: Some(lse_buffer(&tl)?),
     };
-    let residuals = ExternalResiduals { o_lo: attn_tensor(&tlo, packed)?, rows: rows_buffer(&trows)? };
+    let residuals = ExternalResiduals { o_lo: attn_tensor(&tlo, packed)?, rows: f32_buffer(&trows, "rows")? };
     let device = device(dev.1.max(0) as usize)?;
     // SAFETY: as in `forward` (o_lo and rows are outputs, checked like `out`).
     let plan = unsafe {
@@ -503,7 +495,7 @@ fn backward(
         (Some(lo), Some(r)) if dev.0 == DL_CUDA => {
             let (tlo, trows) = (imp(lo, "o_lo")?, imp(r, "rows")?);
             same_device_and_dtype(&[&tq, &tlo], &[&tl, &trows])?;
-            Some(ExternalResiduals { o_lo: t(&tlo)?, rows: rows_buffer(&trows)? })
+            Some(ExternalResiduals { o_lo: t(&tlo)?, rows: f32_buffer(&trows, "rows")? })
         }
         (Some(_), Some(_)) => {
             return Err(PyValueError::new_err("o_lo and rows are a CUDA training forward's (forward_train)"));
