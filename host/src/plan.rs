@@ -10,6 +10,7 @@ use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
     WGMMA_CONFIGS, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
     mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train, wgmma_with_rows,
+    wgmma_with_tiles,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -1114,14 +1115,19 @@ fn plan_wgmma(
     // 192-row instances (three consumer warpgroups) from `ROWS_192_FROM` queries a sequence in
     // fixed-length batches (a variable-length batch's sequences each end in a partial tile, and
     // its 192-row rows were not timed).
-    let rows_192 =
-        opts.tiles.block_m.is_none() && problem.varlen().is_none() && problem.max_lens().0 >= ROWS_192_FROM;
-    let index = match opts.tiles.block_m {
-        Some(m) if m != WGMMA_CONFIGS[index].block_m as usize => {
-            u32::try_from(m).ok().and_then(|m| wgmma_with_rows(index, m)).unwrap_or(index)
+    let rows_192 = opts.tiles.block_m.is_none()
+        && opts.tiles.block_n.is_none()
+        && problem.varlen().is_none()
+        && problem.max_lens().0 >= ROWS_192_FROM;
+    let index = match (opts.tiles.block_m, opts.tiles.block_n) {
+        (None, None) if rows_192 => wgmma_with_rows(index, 192).unwrap_or(index),
+        (None, None) => index,
+        (m, n) => {
+            let c = WGMMA_CONFIGS[index];
+            let (m, n) = (m.unwrap_or(c.block_m as usize), n.unwrap_or(0));
+            let found = u32::try_from(m).ok().zip(u32::try_from(n).ok());
+            found.and_then(|(m, n)| wgmma_with_tiles(index, m, n)).unwrap_or(index)
         }
-        None if rows_192 => wgmma_with_rows(index, 192).unwrap_or(index),
-        _ => index,
     };
     // A persistent grid (one block an SM walking the query tiles: the next tile's Q and K/V load
     // under the current tile's last products and epilogue) for fixed-length problems without a
@@ -1134,7 +1140,7 @@ fn plan_wgmma(
         && total_tiles > props.sm_count as u64
         && total_tiles <= u32::MAX as u64;
     let index = match wgmma_persistent(d as u32, problem.causal())
-        .and_then(|p| wgmma_with_rows(p, WGMMA_CONFIGS[index].block_m))
+        .and_then(|p| wgmma_with_tiles(p, WGMMA_CONFIGS[index].block_m, WGMMA_CONFIGS[index].block_n))
     {
         Some(p) if persistent => p,
         _ => index,
@@ -1145,7 +1151,7 @@ fn plan_wgmma(
         let available = WGMMA_CONFIGS
             .iter()
             .enumerate()
-            .filter(|&(i, c)| wgmma_with_rows(index, c.block_m) == Some(i))
+            .filter(|&(i, c)| wgmma_with_tiles(index, c.block_m, c.block_n) == Some(i))
             .map(|(_, c)| (c.block_m, c.block_n))
             .collect();
         return Err(tile_error(method, opts.tiles, TileError::NotInstantiated { head_dim: d, available }));

@@ -718,7 +718,10 @@ impl WgmmaConfig {
             && self.head_dim <= 256
             && self.block_m % WGMMA_ROWS == 0
             && (self.consumers() == 2 || self.consumers() == 3)
-            && (self.block_n == 128 || self.block_n == 64)
+            && (self.block_n == 128
+                || self.block_n == 64
+                || (self.block_n == 176 && self.head_dim <= 128)
+                || (self.block_n == 80 && self.head_dim > 128))
             && self.stages >= 1
             && self.window <= 2
             && self.train <= 1
@@ -779,8 +782,28 @@ pub const fn wgmma_persistent(head_dim: u32, causal: bool) -> Option<usize> {
 /// `persistent`) with `block_m` query rows a tile, if one is instantiated (the default
 /// instances are the first of their kind; a tile override picks among the rest).
 pub const fn wgmma_with_rows(index: usize, block_m: u32) -> Option<usize> {
+    wgmma_with_tiles(index, block_m, 0)
+}
+
+/// The instance of the same kind as instance `index` with `block_m` query rows and `block_n`
+/// keys a tile (0: any), if one is instantiated.
+pub const fn wgmma_with_tiles(index: usize, block_m: u32, block_n: u32) -> Option<usize> {
     let c = WGMMA_CONFIGS[index];
-    wgmma_find_in(c.head_dim, c.window, c.train, c.persistent, block_m)
+    let mut i = 0;
+    while i < WGMMA_CONFIGS.len() {
+        let o = WGMMA_CONFIGS[i];
+        if o.head_dim == c.head_dim
+            && o.window == c.window
+            && o.train == c.train
+            && o.persistent == c.persistent
+            && (block_m == 0 || o.block_m == block_m)
+            && (block_n == 0 || o.block_n == block_n)
+        {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 const fn wgmma_find(head_dim: u32, window: u32, train: u32) -> Option<usize> {

@@ -1007,3 +1007,39 @@ fn hopper_tile_override_picks_the_192_row_instances() {
     let err = plan(&h200, DType::BF16, &problem(l, l, &rows(192)), &rows(192)).unwrap_err();
     assert!(err.to_string().contains("128"), "{err}");
 }
+
+/// At d = 65…128 a `128 × 176` override picks the 176-key instance (one query tile a block,
+/// even where the default would be persistent: no persistent form fits), at d = 193…256 a
+/// `128 × 80` one the 80-key instance; d = 64 has no 176-key one and refuses it with the tiles
+/// that exist.
+#[test]
+fn hopper_tile_override_picks_the_176_key_instance() {
+    let h200 = DeviceProps::h200();
+    let keys = |n, causal| AttentionOptions {
+        method: Method::FlashHopper,
+        causal,
+        tiles: flashattn::Tiles { block_m: Some(128), block_n: Some(n) },
+        ..Default::default()
+    };
+    for (l, opts) in [
+        (Layout::bshd(4, 4096, 16, 128), keys(176, false)),
+        (Layout::bshd(4, 4096, 16, 128), keys(176, true)),
+        (Layout::bshd(1, 1000, 2, 96), keys(176, false)),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(l, l, &opts), &opts).unwrap();
+        assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d128_m128_n176_s2", "{p}");
+        assert_eq!(p.tiles, Some((128, 176)), "{p}");
+        assert_eq!(p.main_launch().unwrap().grid.0, (l.seqlen as u32).div_ceil(128), "{p}");
+    }
+    // The 128 × 128 override keeps the default (persistent) instance.
+    let l = Layout::bshd(4, 4096, 16, 128);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &keys(128, false)), &keys(128, false)).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d128_m128_n128_s2_persistent", "{p}");
+    let l = Layout::bshd(1, 1024, 2, 64);
+    let err = plan(&h200, DType::BF16, &problem(l, l, &keys(176, false)), &keys(176, false)).unwrap_err();
+    assert!(err.to_string().contains("176"), "{err}");
+    // d = 256's 80-key instance.
+    let l = Layout::bshd(4, 4096, 8, 224);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &keys(80, true)), &keys(80, true)).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d256_m128_n80_s2", "{p}");
+}

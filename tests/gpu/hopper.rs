@@ -26,6 +26,8 @@ pub const TESTS: &[(&str, GpuTest)] = &[
     ("hopper::persistent_bf16", persistent::<bf16>),
     ("hopper::rows192_f16", rows192::<f16>),
     ("hopper::rows192_bf16", rows192::<bf16>),
+    ("hopper::wide_keys_f16", wide_keys::<f16>),
+    ("hopper::wide_keys_bf16", wide_keys::<bf16>),
 ];
 
 /// Whether this device runs the Hopper kernel; if not, checks that the planner says so.
@@ -253,18 +255,58 @@ fn rows192<T: Element>(dev: &Device) -> Result<(), String> {
         // (One causal case of each kind: one tile a block, and the counter's grid.)
         specs = vec![specs[1].clone(), specs[5].clone()];
     }
+    run_with_tiles::<T>(dev, flashattn::Tiles { block_m: Some(192), block_n: None }, "_m192_", specs)
+}
+
+/// The wider key tiles, a tile override away (one query tile a block): 176 keys at d = 128, 80
+/// at d = 256. Partial query and key tiles (no sequence here is a multiple of either), Nq ≠ Nk
+/// both ways with causal masks, GQA, variable lengths with empty sequences, padded head dims,
+/// large logits.
+fn wide_keys<T: Element>(dev: &Device) -> Result<(), String> {
+    use LayoutKind::{Aligned, Bhsd, Bshd};
+    if !on_hopper(dev)? {
+        return Ok(());
+    }
+    for (d, pad, block_n, fragment) in [(128, 96, 176, "_n176_"), (256, 200, 80, "_n80_")] {
+        let mut specs = vec![
+            (spec(batch(2, 300, 250), 4, 2, d, false, Bshd), ""),
+            (spec(batch(1, 500, 1000), 2, 1, pad, true, Bhsd), ""),
+            (spec(batch(1, 700, 100), 3, 3, d, true, Aligned), ""),
+            (spec(crate::attention::ragged([70, 1, 0, 300, 193]), 2, 2, d, true, Bshd), ""),
+            (spec(batch(2, 1000, 1000), 8, 2, d - 8, false, Bshd), ""),
+        ];
+        let mut large = spec(batch(1, 400, 353), 2, 2, d, false, Bshd);
+        large.values = Values::LargeLogits;
+        specs.push((large, ""));
+        if small() {
+            specs = vec![specs[1].clone(), specs[3].clone()];
+        }
+        let tiles = flashattn::Tiles { block_m: Some(128), block_n: Some(block_n) };
+        run_with_tiles::<T>(dev, tiles, fragment, specs)?;
+    }
+    Ok(())
+}
+
+/// Runs each spec with a tile override on the Hopper kernel against the oracle; the plan's
+/// kernel must contain `fragment` and end with the spec's kind (`""`: not a persistent one).
+fn run_with_tiles<T: Element>(
+    dev: &Device,
+    tiles: flashattn::Tiles,
+    fragment: &str,
+    mut specs: Vec<(flashattn_testkit::Spec, &str)>,
+) -> Result<(), String> {
     for (s, kind) in &mut specs {
-        s.tiles = flashattn::Tiles { block_m: Some(192), block_n: None };
+        s.tiles = tiles;
         let case = Case::<T>::random(&mut case_rng(), s);
         let opts = AttentionOptions { method: Method::FlashHopper, ..case.opts.clone() };
         let plan = dev.plan::<T>(&case.problem, &opts).map_err(|e| format!("{e}\n{case}"))?;
         let name = plan.kernel();
         let persistent = name.ends_with("_persistent") || name.ends_with("_persistent_causal");
-        if !name.contains("_m192_") || (kind.is_empty() && persistent) || !name.ends_with(*kind) {
-            return Err(format!("not the 192-row instance wanted ({kind:?}): {plan}\n{case}"));
+        if !name.contains(fragment) || (kind.is_empty() && persistent) || !name.ends_with(*kind) {
+            return Err(format!("not the {fragment} instance wanted ({kind:?}): {plan}\n{case}"));
         }
         if !run_and_check(dev, &case, Method::FlashHopper)? {
-            return Err(format!("the Hopper kernel refused a 192-row case:\n{case}"));
+            return Err(format!("the Hopper kernel refused a {fragment} case:\n{case}"));
         }
     }
     Ok(())
