@@ -534,19 +534,24 @@ pub fn plan_for_backward(
         Family::FlashWgmma(e, i) if WGMMA_CONFIGS[i].train == 0 => {
             let t = wgmma_train(problem.head_dim() as u32, WGMMA_CONFIGS[i].window)?;
             let (a, b) = (WGMMA_CONFIGS[i], WGMMA_CONFIGS[t]);
-            // The same tiles (and so the same grid); the K/V stages are each instance's own, so
-            // an inference instance may run more than its training twin.
-            let same = (a.head_dim, a.block_m, a.block_n) == (b.head_dim, b.block_m, b.block_n);
+            // The same query rows (and so the same grid); the keys a tile and the K/V stages are
+            // each instance's own (d = 256 infers in 80-key tiles, trains in 64-key ones: the
+            // training epilogue's registers on top of the wider score tiles were not tried).
+            let same = (a.head_dim, a.block_m) == (b.head_dim, b.block_m);
             let kernel = kernel_on(plan.method, props, Family::FlashWgmma(e, t)).ok()?;
-            same.then_some((at, kernel, b.shared_bytes()))
+            same.then_some((at, kernel, b))
         }
         _ => None,
     });
-    if let Some((at, kernel, shared_bytes)) = training {
+    if let Some((at, kernel, b)) = training {
         let launch = &mut plan.launches[at];
         launch.kernel = Some(kernel);
         launch.kind = LaunchKind::Kernel(kernel.name());
-        launch.shared_bytes = shared_bytes;
+        launch.shared_bytes = b.shared_bytes();
+        plan.tiles = Some((b.block_m as usize, b.block_n as usize));
+        for w in plan.why.iter_mut().filter(|w| w.starts_with(HOPPER_WHY)) {
+            *w = hopper_why(&b);
+        }
         plan.residuals = true;
         plan.why.push(
             "training instance: probabilities as 2^((s − max)·scale) (a row's largest exactly 1), and O's \

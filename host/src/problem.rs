@@ -227,8 +227,9 @@ impl std::str::FromStr for Method {
 /// On the Hopper kernel (`Method::FlashHopper`) a tile override picks among its instances: head
 /// dims up to 64 have 128-row and 192-row ones (the library takes 192 rows from 2048 queries a
 /// sequence in fixed-length batches), head dims 65–128 a 128 × 176 one (one query tile a
-/// block) beside their 128 × 128 ones, head dims 193–256 a 128 × 80 one beside their 128 × 64
-/// ones; other sizes are refused with the ones that exist.
+/// block) beside their 128 × 128 ones, head dims 129–192 a 128 × 112 one beside their 128 × 64
+/// ones, and head dims 193–256 run 128 × 80 tiles (128 × 64 by override); other sizes are
+/// refused with the ones that exist.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Tiles {
     /// Query rows per thread block.

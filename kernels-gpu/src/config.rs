@@ -613,7 +613,9 @@ pub struct WgmmaConfig {
     pub block_m: u32,
     /// Keys per tile (the N of `S = Q·Kᵀ`'s `wgmma`): 128, or 64 for head dims above 128 (a
     /// consumer thread holds `head_dim / 2` output accumulators and two tiles of `block_n / 2`
-    /// scores — the current tile's and the next one's in flight — within 240 registers).
+    /// scores — the current tile's and the next one's in flight — within 240 registers); also
+    /// 80 at d = 256 (its default: −2 to −11% time against 64, `kernels-gpu/NOTES.md` v39),
+    /// 112 at d = 192 and 176 at d = 128 (one query tile a block, a tile override away).
     pub block_n: u32,
     /// K and V tiles in flight (a ring of `stages` buffers each).
     pub stages: u32,
@@ -721,7 +723,8 @@ impl WgmmaConfig {
             && (self.block_n == 128
                 || self.block_n == 64
                 || (self.block_n == 176 && self.head_dim <= 128)
-                || (self.block_n == 80 && self.head_dim > 128))
+                || (self.block_n == 80 && self.head_dim > 128)
+                || (self.block_n == 112 && self.head_dim == 192))
             && self.stages >= 1
             && self.window <= 2
             && self.train <= 1

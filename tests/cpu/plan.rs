@@ -797,7 +797,7 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         f(props, DType::BF16, p, o, layouts).unwrap()
     };
     // Plain problems on sm_90 at head dims 40–256: the training instance, its residuals read by
-    // the residual preprocessing kernel; the tiles and the grid are the inference plan's.
+    // the residual preprocessing kernel; the query rows and the grid are the inference plan's.
     for (d, causal) in
         [(40, false), (64, true), (96, false), (128, true), (160, false), (200, true), (256, false)]
     {
@@ -811,7 +811,8 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         assert!(fwd.residuals && !inference.residuals, "{fwd}");
         assert!(fwd.kernel().ends_with("_train"), "{fwd}");
         assert_eq!(fwd.main_launch().unwrap().grid, inference.main_launch().unwrap().grid);
-        assert_eq!(fwd.tiles, inference.tiles);
+        // (The same query rows; d = 193…256 infer in 80-key tiles and train in 64-key ones.)
+        assert_eq!(fwd.tiles.map(|t| t.0), inference.tiles.map(|t| t.0));
         let bwd = backward(&DeviceProps::h200(), &p, &opts, true);
         assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16"), "{bwd}");
         let lse = backward(&DeviceProps::h200(), &p, &opts, false);
@@ -1009,9 +1010,10 @@ fn hopper_tile_override_picks_the_192_row_instances() {
 }
 
 /// At d = 65…128 a `128 × 176` override picks the 176-key instance (one query tile a block,
-/// even where the default would be persistent: no persistent form fits), at d = 193…256 a
-/// `128 × 80` one the 80-key instance; d = 64 has no 176-key one and refuses it with the tiles
-/// that exist.
+/// even where the default would be persistent: no persistent form fits), at d = 129…192 a
+/// `128 × 112` one the 112-key instance; d = 193…256 infer in 80-key tiles by default (64 by
+/// override) and train in 64-key ones; d = 64 has no 176-key instance and refuses it with the
+/// tiles that exist.
 #[test]
 fn hopper_tile_override_picks_the_176_key_instance() {
     let h200 = DeviceProps::h200();
@@ -1038,8 +1040,19 @@ fn hopper_tile_override_picks_the_176_key_instance() {
     let l = Layout::bshd(1, 1024, 2, 64);
     let err = plan(&h200, DType::BF16, &problem(l, l, &keys(176, false)), &keys(176, false)).unwrap_err();
     assert!(err.to_string().contains("176"), "{err}");
-    // d = 256's 80-key instance.
+    // d = 193…256: 80-key tiles by default, 64 by override; d = 192's 112-key instance.
     let l = Layout::bshd(4, 4096, 8, 224);
-    let p = plan(&h200, DType::BF16, &problem(l, l, &keys(80, true)), &keys(80, true)).unwrap();
+    let p = plan(&h200, DType::BF16, &problem(l, l, &keys(64, true)), &keys(64, true)).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d256_m128_n64_s2", "{p}");
+    let auto = AttentionOptions::default();
+    let p = plan(&h200, DType::BF16, &problem(l, l, &auto), &auto).unwrap();
     assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d256_m128_n80_s2", "{p}");
+    // Its training forward: the 64-key training instance (same rows, same grid), residuals kept.
+    let t = flashattn::plan_for_backward(&h200, DType::BF16, &problem(l, l, &auto), &auto).unwrap();
+    assert_eq!(t.kernel(), "flash_fwd_wgmma_bf16_d256_m128_n64_s2_train", "{t}");
+    assert!(t.residuals && t.tiles == Some((128, 64)), "{t}");
+    assert_eq!(t.main_launch().unwrap().grid, p.main_launch().unwrap().grid, "{t}");
+    let l = Layout::bshd(4, 4096, 8, 160);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &keys(112, false)), &keys(112, false)).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d192_m128_n112_s2", "{p}");
 }

@@ -258,8 +258,8 @@ fn rows192<T: Element>(dev: &Device) -> Result<(), String> {
     run_with_tiles::<T>(dev, flashattn::Tiles { block_m: Some(192), block_n: None }, "_m192_", specs)
 }
 
-/// The wider key tiles, a tile override away (one query tile a block): 176 keys at d = 128, 80
-/// at d = 256. Partial query and key tiles (no sequence here is a multiple of either), Nq ≠ Nk
+/// The key tiles other than a head dim's default, a tile override away (one query tile a
+/// block): 176 keys at d = 128, 112 at d = 192, 64 at d = 256 (and its default 80). Partial query and key tiles (no sequence here is a multiple of either), Nq ≠ Nk
 /// both ways with causal masks, GQA, variable lengths with empty sequences, padded head dims,
 /// large logits.
 fn wide_keys<T: Element>(dev: &Device) -> Result<(), String> {
@@ -267,7 +267,13 @@ fn wide_keys<T: Element>(dev: &Device) -> Result<(), String> {
     if !on_hopper(dev)? {
         return Ok(());
     }
-    for (d, pad, block_n, fragment) in [(128, 96, 176, "_n176_"), (256, 200, 80, "_n80_")] {
+    let kinds = [
+        (128, 96, 176, "_n176_"),
+        (192, 160, 112, "_n112_"),
+        (256, 200, 80, "_n80_"),
+        (256, 200, 64, "_d256_m128_n64_"),
+    ];
+    for (d, pad, block_n, fragment) in kinds {
         let mut specs = vec![
             (spec(batch(2, 300, 250), 4, 2, d, false, Bshd), ""),
             (spec(batch(1, 500, 1000), 2, 1, pad, true, Bhsd), ""),

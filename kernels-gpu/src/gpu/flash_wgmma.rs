@@ -219,7 +219,7 @@ fn key_tiles<const WIN: bool>(
 }
 
 /// The kernel body. `D` head dim of the tiles (a multiple of 64), `BM` rows per block (64 per
-/// consumer warpgroup), `BN` keys per tile (128; 176 at d = 128 without a mask; 64 or 80 where the output's `D / 2` accumulators a
+/// consumer warpgroup), `BN` keys per tile (128; 176 at d = 128 without a mask; 64, 80 or 112 where the output's `D / 2` accumulators a
 /// thread leave no room for 128 keys' scores twice over), `NS` stages, `C = BM / 64` consumers,
 /// `DP = D / 64` panels, `SN = BN / 2` score accumulators a thread, `PK = BN / 16` P fragments.
 ///
@@ -250,7 +250,9 @@ unsafe fn flash_fwd_wgmma<
     p: &WgmmaParams,
 ) {
     const {
-        assert!((BN == 176 || BN == 128 || BN == 80 || BN == 64) && 2 * SN == BN && 16 * PK == BN);
+        assert!(
+            (BN == 176 || BN == 128 || BN == 112 || BN == 80 || BN == 64) && 2 * SN == BN && 16 * PK == BN
+        );
         assert!(D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
     };
     type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;

@@ -119,14 +119,20 @@ pub trait WgmmaElement: MmaElement {
     /// As [`WgmmaElement::ss_n128`].
     unsafe fn ss_n80(d: &mut [f32; 40], a: u64, b: u64, accumulate: u32);
 
-    /// `S (+)= Q·Kᵀ` for a score tile of `N = 2·SN` keys (`SN` accumulators a thread): the
-    /// `n176`, `n128`, `n80` or `n64` instruction, chosen at compile time.
+    /// The same for 64×112×16 (B: 112 keys, d = 192's wider tile).
     ///
     /// # Safety
-    /// As [`WgmmaElement::ss_n128`]; `SN` is 32, 40, 64 or 88.
+    /// As [`WgmmaElement::ss_n128`].
+    unsafe fn ss_n112(d: &mut [f32; 56], a: u64, b: u64, accumulate: u32);
+
+    /// `S (+)= Q·Kᵀ` for a score tile of `N = 2·SN` keys (`SN` accumulators a thread): the
+    /// `n176`, `n128`, `n112`, `n80` or `n64` instruction, chosen at compile time.
+    ///
+    /// # Safety
+    /// As [`WgmmaElement::ss_n128`]; `SN` is 32, 40, 56, 64 or 88.
     #[inline(always)]
     unsafe fn ss_scores<const SN: usize>(d: &mut [f32; SN], a: u64, b: u64, accumulate: u32) {
-        const { assert!(SN == 32 || SN == 40 || SN == 64 || SN == 88) };
+        const { assert!(SN == 32 || SN == 40 || SN == 56 || SN == 64 || SN == 88) };
         let d = d.as_mut_ptr();
         // SAFETY: `SN` is the array's length, so each cast names the same array; the
         // caller's contract covers the instruction.
@@ -135,6 +141,8 @@ pub trait WgmmaElement: MmaElement {
                 Self::ss_n176(&mut *d.cast::<[f32; 88]>(), a, b, accumulate)
             } else if SN == 64 {
                 Self::ss_n128(&mut *d.cast::<[f32; 64]>(), a, b, accumulate)
+            } else if SN == 56 {
+                Self::ss_n112(&mut *d.cast::<[f32; 56]>(), a, b, accumulate)
             } else if SN == 40 {
                 Self::ss_n80(&mut *d.cast::<[f32; 40]>(), a, b, accumulate)
             } else {
@@ -241,6 +249,11 @@ macro_rules! wgmma_element {
             #[inline(always)]
             unsafe fn ss_n176(d: &mut [f32; 88], a: u64, b: u64, accumulate: u32) {
                 wgmma_asm!(ss, $ptx, "176", d, a, b, accumulate; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87);
+            }
+
+            #[inline(always)]
+            unsafe fn ss_n112(d: &mut [f32; 56], a: u64, b: u64, accumulate: u32) {
+                wgmma_asm!(ss, $ptx, "112", d, a, b, accumulate; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55);
             }
 
             #[inline(always)]
