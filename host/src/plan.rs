@@ -613,6 +613,18 @@ fn small_head_dims_on_hopper(
 /// cover 1152 rows: an eighth of the work is padding).
 pub const ROWS_192_FROM: usize = 2048;
 
+/// Queries a sequence from which the Hopper kernel runs head dims 129–192 in fixed-length
+/// batches in 112-key tiles (one query tile a block) instead of the 64-key ones (persistent
+/// where there are more query tiles than SMs), without a causal mask and with one. Measured on
+/// the H200 (session 22 `call2`, d = 160 and 192, bf16 and f16, B·N = 16k, H·d ≈ 2k): 112 keys
+/// −2 to −7% time without a mask at N = 4096…16384 and +1 to +3% at 2048, −1 to −11% with a
+/// causal mask at N = 2048…16384; at N = 1024 +6 to +12% without a mask (10 tiles of 112 keys
+/// cover 1120) and +0 to +3% with one.
+pub const WIDE_KEYS_192_FROM: (usize, usize) = (4096, 2048);
+
+/// How the plan's reason for d = 192's 112-key tiles begins.
+const WIDE_KEYS_WHY: &str = "129 ≤ d ≤ 192";
+
 /// The plan's reason naming a Hopper instance's tiles.
 fn hopper_why(config: &flashattn_kernels::config::WgmmaConfig) -> String {
     format!(
@@ -1124,7 +1136,15 @@ fn plan_wgmma(
         && opts.tiles.block_n.is_none()
         && problem.varlen().is_none()
         && problem.max_lens().0 >= ROWS_192_FROM;
+    // The same for 112-key tiles at head dims 129–192 (plain instances; `WIDE_KEYS_192_FROM`).
+    let from = if problem.causal() { WIDE_KEYS_192_FROM.1 } else { WIDE_KEYS_192_FROM.0 };
+    let wide_keys = opts.tiles == Tiles::default()
+        && masked.is_none()
+        && problem.varlen().is_none()
+        && WGMMA_CONFIGS[index].head_dim == 192
+        && problem.max_lens().0 >= from;
     let index = match (opts.tiles.block_m, opts.tiles.block_n) {
+        (None, None) if wide_keys => wgmma_with_tiles(index, 128, 112).unwrap_or(index),
         (None, None) if rows_192 => wgmma_with_rows(index, 192).unwrap_or(index),
         (None, None) => index,
         (m, n) => {
@@ -1194,6 +1214,13 @@ fn plan_wgmma(
         plan.why.push(format!(
             "{ROWS_192_WHY} from {ROWS_192_FROM} queries a sequence: 192-row tiles (each K/V tile serves 192 queries; \
              at fewer, a partial last tile's padding costs more)"
+        ));
+    }
+    if wide_keys && config.block_n == 112 {
+        plan.why.push(format!(
+            "{WIDE_KEYS_WHY} from {from} queries a sequence{}: 112-key tiles, one query tile a block (the fixed \
+             costs of a key tile spread over more keys; at fewer queries the 64-key persistent grid is faster)",
+            if problem.causal() { " with a causal mask" } else { " without a mask" }
         ));
     }
     if config.persistent != 0 {

@@ -1011,7 +1011,7 @@ fn hopper_tile_override_picks_the_192_row_instances() {
 
 /// At d = 65…128 a `128 × 176` override picks the 176-key instance (one query tile a block,
 /// even where the default would be persistent: no persistent form fits), at d = 129…192 a
-/// `128 × 112` one the 112-key instance; d = 193…256 infer in 80-key tiles by default (64 by
+/// `128 × 112` one the 112-key instance (Auto's from `WIDE_KEYS_192_FROM` queries); d = 193…256 infer in 80-key tiles by default (64 by
 /// override) and train in 64-key ones; d = 64 has no 176-key instance and refuses it with the
 /// tiles that exist.
 #[test]
@@ -1055,4 +1055,27 @@ fn hopper_tile_override_picks_the_176_key_instance() {
     let l = Layout::bshd(4, 4096, 8, 160);
     let p = plan(&h200, DType::BF16, &problem(l, l, &keys(112, false)), &keys(112, false)).unwrap();
     assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d192_m128_n112_s2", "{p}");
+    // Without an override d = 129…192 take 112-key tiles from 4096 queries a sequence without a
+    // mask and from 2048 with a causal one (`WIDE_KEYS_192_FROM`); below, the 64-key instance,
+    // persistent where there are more query tiles than SMs; never for a window or varlen.
+    let causal = AttentionOptions { causal: true, ..Default::default() };
+    for (l, opts, want) in [
+        (Layout::bshd(4, 4096, 10, 192), &auto, "flash_fwd_wgmma_bf16_d192_m128_n112_s2"),
+        (Layout::bshd(8, 2048, 10, 192), &auto, "flash_fwd_wgmma_bf16_d192_m128_n64_s2_persistent"),
+        (Layout::bshd(8, 2048, 12, 160), &causal, "flash_fwd_wgmma_bf16_d192_m128_n112_s2"),
+        (Layout::bshd(16, 1024, 10, 192), &causal, "flash_fwd_wgmma_bf16_d192_m128_n64_s2"),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(l, l, opts), opts).unwrap();
+        assert_eq!(p.kernel(), want, "{p}");
+        if want.ends_with("n112_s2") {
+            assert!(p.why.iter().any(|w| w.contains("112-key tiles")), "{p}");
+        }
+    }
+    let w = AttentionOptions { window: flashattn::Window { left: Some(256), right: None }, ..causal.clone() };
+    let l = Layout::bshd(4, 4096, 10, 192);
+    let p = plan(&h200, DType::BF16, &problem(l, l, &w), &w).unwrap();
+    assert_eq!(p.kernel(), "flash_fwd_wgmma_bf16_d192_m128_n64_s2_win", "{p}");
+    let t = flashattn::plan_for_backward(&h200, DType::BF16, &problem(l, l, &auto), &auto).unwrap();
+    assert_eq!(t.kernel(), "flash_fwd_wgmma_bf16_d192_m128_n64_s2_train", "{t}");
+    assert!(t.residuals, "{t}");
 }
