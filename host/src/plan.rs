@@ -363,12 +363,16 @@ pub const AUTO_RULES: [AutoRule; 4] = [
         method: Method::FlashHopper,
         when: "an sm_90 device (H100, H200), f16 or bf16, head dim a multiple of 8 above 32 and up to 256 \
                (16-byte rows), at least 128 query rows per sequence (the longest, in a variable-length batch; \
-               windows, softcap and ALiBi on its masked instances)",
+               windows, softcap and ALiBi on its masked instances); head dims up to 32 too, padded to 64 \
+               columns, in fixed-length batches without a window or modifier from 2048 queries a sequence \
+               (4096 with a causal mask)",
         evidence: "bf16 headline 1.05–1.65× the mma.sync kernel in 19 of 20 rows (d64 causal N = 1024: 0.99×) \
                    and 0.69–0.95× cuDNN (results/2026-11-30-nvidia-h200/hopper/v1-headline); head-dims sweep \
                    (N = 4096, f16 and bf16, causal and not): d = 40–256 1.12–1.69× the mma.sync kernel and \
-                   1.12–2.03× FlashAttention-2, d = 32 0.91–0.94× the mma.sync kernel (padded to 64), so it \
-                   stays on mma.sync (results/2026-11-30-nvidia-h200-x2/s5-call1/head-dims)",
+                   1.12–2.03× FlashAttention-2, d = 32 0.91–0.94× the mma.sync kernel (padded to 64, 128-row \
+                   tiles; results/2026-11-30-nvidia-h200-x2/s5-call1/head-dims); in 192-row tiles d = 32 takes \
+                   15–21% less time than the mma.sync kernel from N = 2048 without a mask and 6–17% from 4096 \
+                   with one (results/2026-12-03-nvidia-h200/session22/call3)",
     },
     AutoRule {
         method: Method::FlashTensorCore,
@@ -573,7 +577,7 @@ pub fn plan_for_backward(
 /// Hopper kernel (padded to 64 columns) where it runs the problem and Auto passed it over for the
 /// head dim alone. Its training instance keeps the residuals, and the backward from them skips
 /// its pass over the keys; that saves more than the padded forward costs (at inference Auto keeps
-/// the `mma.sync` d = 32 instance, [`HOPPER_MIN_HEAD_DIM`]).
+/// the `mma.sync` d = 32 instance there, [`SMALL_HEAD_DIMS_HOPPER_FROM`]).
 fn small_head_dims_on_hopper(
     props: &DeviceProps,
     dtype: DType,
@@ -596,7 +600,7 @@ fn small_head_dims_on_hopper(
                 0,
                 format!(
                     "training forward at d = {} ≤ {HOPPER_MIN_HEAD_DIM}: the Hopper kernel padded to 64 columns, \
-                     whose training instance keeps the residuals (at inference Auto keeps the mma.sync kernel)",
+                     whose training instance keeps the residuals (at inference Auto keeps the mma.sync kernel for this problem)",
                     problem.head_dim()
                 ),
             );
@@ -617,9 +621,9 @@ pub const ROWS_192_FROM: usize = 2048;
 /// batches in 112-key tiles (one query tile a block) instead of the 64-key ones (persistent
 /// where there are more query tiles than SMs), without a causal mask and with one. Measured on
 /// the H200 (session 22 `call2`, d = 160 and 192, bf16 and f16, B·N = 16k, H·d ≈ 2k): 112 keys
-/// −2 to −7% time without a mask at N = 4096…16384 and +1 to +3% at 2048, −1 to −11% with a
-/// causal mask at N = 2048…16384; at N = 1024 +6 to +12% without a mask (10 tiles of 112 keys
-/// cover 1120) and +0 to +3% with one.
+/// −2 to −7% time without a mask at N = 4096…16384 and +1 to +3% at 2048, +1 to −4% with a
+/// causal mask at N = 2048 and 0 to −11% at 4096…16384; at N = 1024 +6 to +12% without a mask
+/// (10 tiles of 112 keys cover 1120) and +1 to +3% with one.
 pub const WIDE_KEYS_192_FROM: (usize, usize) = (4096, 2048);
 
 /// How the plan's reason for d = 192's 112-key tiles begins.
@@ -725,9 +729,18 @@ fn plan_auto(
 /// where the `mma.sync` kernel packs grouped query heads and splits the keys.
 pub const HOPPER_MIN_QUERY_ROWS: usize = 128;
 
-/// The head dims up to which `Method::Auto` keeps the `mma.sync` kernel on sm_90: the Hopper
-/// instances start at 64 columns, and a padded d = 32 loses to the tuned d = 32 instance.
+/// The head dims up to which `Method::Auto` keeps the `mma.sync` kernel on sm_90 for shorter
+/// sequences (below [`SMALL_HEAD_DIMS_HOPPER_FROM`]): the Hopper instances start at 64 columns,
+/// and a padded d = 32 in 128-row tiles runs no faster than the tuned `mma.sync` d = 32 instance.
 pub const HOPPER_MIN_HEAD_DIM: usize = 32;
+
+/// Queries a sequence (without a causal mask, with one) from which `Method::Auto` takes the
+/// Hopper kernel padded to 64 columns at head dims up to [`HOPPER_MIN_HEAD_DIM`] (fixed-length
+/// batches without a window or score modifier: its 192-row tiles). Measured on the H200 (session
+/// 22 `call3`, d = 32, bf16 and f16, B·N = 16k, 64 heads, against the `mma.sync` d = 32
+/// instance): −15 / −17 / −21 / −21% time at N = 2048 / 4096 / 8192 / 16384 without a mask and
+/// +0.3 / −6 / −14 / −17% with one; at N = 1024 +1 to +2% and +8%.
+pub const SMALL_HEAD_DIMS_HOPPER_FROM: (usize, usize) = (2048, 4096);
 
 /// The Hopper kernel as `Method::Auto` takes it: as `Method::FlashHopper`, for at least
 /// [`HOPPER_MIN_QUERY_ROWS`] query rows and without a split-KV override.
@@ -738,9 +751,14 @@ fn hopper_for_auto(
     opts: &AttentionOptions,
 ) -> Result<Plan, InvalidInput> {
     let method = Method::FlashHopper;
-    if problem.head_dim() <= HOPPER_MIN_HEAD_DIM {
-        let what =
-            "head dims up to 32 (padded to 64 they run at 0.81× the mma.sync kernel's d = 32 instance)";
+    let (from, from_causal) = SMALL_HEAD_DIMS_HOPPER_FROM;
+    let long = problem.max_lens().0 >= if problem.causal() { from_causal } else { from };
+    let plain =
+        problem.varlen().is_none() && masked_features(problem).is_none() && opts.tiles == Tiles::default();
+    if problem.head_dim() <= HOPPER_MIN_HEAD_DIM && !(long && plain) {
+        let what = "head dims up to 32 in short sequences, variable-length batches or with a window or score \
+                    modifier (padded to 64 columns they run no faster than the mma.sync kernel's d = 32 instance; \
+                    from 2048 queries a sequence, 4096 with a causal mask, they run 192-row Hopper tiles)";
         return Err(unsupported(method, Reason::NotOnHopper { what }));
     }
     if problem.max_lens().0 < HOPPER_MIN_QUERY_ROWS {

@@ -1079,3 +1079,36 @@ fn hopper_tile_override_picks_the_176_key_instance() {
     assert_eq!(t.kernel(), "flash_fwd_wgmma_bf16_d192_m128_n64_s2_train", "{t}");
     assert!(t.residuals, "{t}");
 }
+
+/// Auto at d ≤ 32 on sm_90: the Hopper kernel padded to 64 columns (its 192-row tiles) from
+/// 2048 queries a sequence without a causal mask and 4096 with one, in fixed-length batches
+/// without a window; the `mma.sync` d = 32 instance otherwise (`SMALL_HEAD_DIMS_HOPPER_FROM`).
+#[test]
+fn small_head_dims_take_the_hopper_kernel_in_long_sequences() {
+    let h200 = DeviceProps::h200();
+    let auto = AttentionOptions::default();
+    let causal = AttentionOptions { causal: true, ..Default::default() };
+    let window =
+        AttentionOptions { window: flashattn::Window { left: Some(256), right: None }, ..causal.clone() };
+    for (l, opts, hopper) in [
+        (Layout::bshd(4, 4096, 64, 32), &auto, true),
+        (Layout::bshd(8, 2048, 64, 24), &auto, true),
+        (Layout::bshd(16, 1024, 64, 32), &auto, false),
+        (Layout::bshd(4, 4096, 64, 32), &causal, true),
+        (Layout::bshd(8, 2048, 64, 32), &causal, false),
+        (Layout::bshd(4, 4096, 64, 32), &window, false),
+    ] {
+        let p = plan(&h200, DType::BF16, &problem(l, l, opts), opts).unwrap();
+        if hopper {
+            assert!(p.kernel().starts_with("flash_fwd_wgmma_bf16_d64_m192_n128_s2_persistent"), "{p}");
+        } else {
+            assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+        }
+    }
+    let lens = vec![4096; 4];
+    let vl = flashattn::VarLen::from_lengths(&lens, &lens).unwrap();
+    let vopts = AttentionOptions { varlen: Some(vl), ..Default::default() };
+    let pl = Layout::packed(4 * 4096, 64, 32);
+    let p = plan(&h200, DType::BF16, &problem(pl, pl, &vopts), &vopts).unwrap();
+    assert_eq!(p.method, Method::FlashTensorCore, "{p}");
+}
