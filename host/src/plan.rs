@@ -8,7 +8,7 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    WGMMA_CONFIGS, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
+    WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise, mma_find,
     mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train, wgmma_with_rows,
     wgmma_with_tiles,
 };
@@ -1526,7 +1526,15 @@ fn backward_plan(
     let d = problem.head_dim();
     let masked = masked_features(problem);
     let windowed = masked.is_some();
-    let index = if windowed { bwd_window(d as u32) } else { bwd_default(d as u32) };
+    // ALiBi alone (no window, no softcap) on sm_90a: the ALiBi instance, the plain instance's walk
+    // and staged dQ adds (where one exists for the head dim), else the window instance.
+    let alibi_only = windowed && problem.window().is_none() && problem.score_mod(0).softcap == 0.0;
+    let alibi = if alibi_only && props.target() == Some(Target::Sm90a) { bwd_alibi(d as u32) } else { None };
+    let index = match (windowed, alibi) {
+        (_, Some(i)) => Some(i),
+        (true, None) => bwd_window(d as u32),
+        (false, None) => bwd_default(d as u32),
+    };
     let index = index.ok_or_else(|| {
         let supported = BWD_CONFIGS.iter().map(|c| c.head_dim).collect();
         unsupported(method, Reason::HeadDim { head_dim: d, supported })
@@ -1648,7 +1656,14 @@ fn backward_plan(
         );
     }
     if let Some((_, what)) = masked {
-        why.push(format!("masked instance: {what}"));
+        if config.window == 2 {
+            why.push(format!(
+                "ALiBi instance: {what}; the plain instance's walk and dQ adds staged in shared memory \
+                 (bulk reductions), where the window instance adds with each lane's atomics"
+            ));
+        } else {
+            why.push(format!("masked instance: {what}"));
+        }
     }
     if residual_prep.is_some() {
         why.push(

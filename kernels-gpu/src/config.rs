@@ -266,7 +266,10 @@ pub struct BwdConfig {
     pub warps: u32,
     /// Blocks per SM its register allocation must allow (launch bounds, as [`MmaConfig`]).
     pub min_blocks: u32,
-    /// 1: a sliding-window instance (as [`MmaConfig::window`]; chosen by [`bwd_window`]).
+    /// 1: a sliding-window instance (as [`MmaConfig::window`]; chosen by [`bwd_window`]): windows
+    /// and every score modifier. 2: an ALiBi instance ([`bwd_alibi`], sm_90a): the plain
+    /// instance's walk and staged dQ adds with ALiBi on every score, for problems whose only
+    /// feature beyond causal is ALiBi.
     pub window: u32,
 }
 
@@ -435,6 +438,7 @@ impl BwdConfig {
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
+            && self.window <= 2
             && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
             && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
@@ -452,12 +456,12 @@ pub const fn dq_panels(head_dim: u32, warps: u32) -> u32 {
     if p > 1 { p } else { 1 }
 }
 
-/// [`BwdConfig::dq_staged`]: the plain (`window` 0) instances with dQ on `wgmma` over two
-/// warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md` b21).
+/// [`BwdConfig::dq_staged`]: the plain (`window` 0) and ALiBi (2) instances with dQ on `wgmma`
+/// over two warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md` b21).
 /// Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
 /// instances (+2–4%), which add with the lanes' `red`s.
 pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
-    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && warps == 8 && window == 0
+    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && warps == 8 && window != 1
 }
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows
@@ -502,6 +506,16 @@ pub const fn bwd_default(head_dim: u32) -> Option<usize> {
 /// [`bwd_default`], among the window instances).
 pub const fn bwd_window(head_dim: u32) -> Option<usize> {
     bwd_smallest(head_dim, 1)
+}
+
+/// Index of the backward's ALiBi instance for head dim `head_dim`: only where it computes the
+/// same padded head dim as [`bwd_window`]'s instance (a smaller head dim is not padded further to
+/// reach it).
+pub const fn bwd_alibi(head_dim: u32) -> Option<usize> {
+    match (bwd_smallest(head_dim, 2), bwd_window(head_dim)) {
+        (Some(a), Some(w)) if BWD_CONFIGS[a].head_dim == BWD_CONFIGS[w].head_dim => Some(a),
+        _ => None,
+    }
 }
 
 /// Index of the backward instance with `block_n` keys a block among those of the head dim and

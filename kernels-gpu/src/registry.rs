@@ -266,6 +266,7 @@ macro_rules! for_each_bwd_instance {
             (64, 8, 1, 0)
             (256, 8, 1, 0)
             (256, 8, 1, 1)
+            (128, 8, 1, 2)
         }
     };
 }
@@ -285,17 +286,26 @@ macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
         concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_win")
     };
+    (main, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
+        concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_alibi")
+    };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w)
     };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_win")
     };
+    (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
+        concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_alibi")
+    };
     (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w)
     };
     (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 1) => {
         concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w, "_win")
+    };
+    (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
+        concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w, "_alibi")
     };
 }
 
@@ -459,8 +469,9 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
     while e < 2 {
         let mut i = 0;
         while i < BWD_CONFIGS.len() {
-            // (The column-group instances are sm_90a's only: `flash_bwd.rs`.)
-            let targets: &[Target] = if BWD_CONFIGS[i].col_groups() > 1 { &SM90A_ONLY } else { &Target::ALL };
+            // (The column-group and ALiBi instances are sm_90a's only: `flash_bwd.rs`.)
+            let c = BWD_CONFIGS[i];
+            let targets: &[Target] = if c.col_groups() > 1 || c.window == 2 { &SM90A_ONLY } else { &Target::ALL };
             out[n] = KernelInfo { name: BWD_KERNELS[e][i], family: Family::BwdMma(ELEMS[e], i), targets };
             out[n + 1] =
                 KernelInfo { name: BWD_PREP_KERNELS[e][i], family: Family::BwdPrep(ELEMS[e], i), targets };

@@ -584,6 +584,45 @@ fn backward_plans_and_refusals() {
     assert_eq!(p.launches.len(), 2, "{p}");
 }
 
+/// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it
+/// computes the window instance's padded head dim (d = 128: the plain instance's walk and
+/// staged dQ adds); a window or a softcap beside it, a head dim whose window instance is
+/// another's (d = 64), or sm_80 keep the window instance.
+#[test]
+fn alibi_alone_takes_the_backward_alibi_instance() {
+    use flashattn::{Window, plan_backward};
+    let main = |props: &DeviceProps, d: usize, opts: &AttentionOptions| {
+        let l = Layout::bshd(1, 256, 2, d);
+        let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
+        let p = plan_backward(props, DType::BF16, &problem(l, l, opts), opts, layouts).unwrap();
+        let name = p
+            .launches
+            .iter()
+            .find_map(|x| match &x.kind {
+                LaunchKind::Kernel(k) if k.starts_with("flash_bwd_bf16_d") => Some(k.to_string()),
+                _ => None,
+            })
+            .unwrap();
+        (name, p)
+    };
+    let h200 = DeviceProps::h200();
+    let alibi = AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25]), causal: true, ..Default::default() };
+    for d in [128, 96, 72] {
+        let (name, p) = main(&h200, d, &alibi);
+        assert!(name.ends_with("_d128_w8_b1_alibi"), "d = {d}: {p}");
+        assert!(p.why.iter().any(|w| w.contains("ALiBi instance")), "{p}");
+        // (Its preprocessing is the masked one: it applies ALiBi too.)
+        assert!(format!("{:?}", p.launches[0].kind).contains("flash_bwd_prep_bf16_d128_w8_alibi"), "{p}");
+    }
+    let with_window = AttentionOptions { window: Window { left: Some(64), right: None }, ..alibi.clone() };
+    let with_cap = AttentionOptions { softcap: Some(30.0), ..alibi.clone() };
+    for opts in [&with_window, &with_cap] {
+        assert!(main(&h200, 128, opts).0.ends_with("_d128_w8_b1_win"));
+    }
+    assert!(main(&h200, 64, &alibi).0.ends_with("_d64_w8_b1_win"));
+    assert!(main(&DeviceProps::a100(), 128, &alibi).0.ends_with("_d128_w8_b1_win"));
+}
+
 /// Score modifiers run on the tensor-core kernels' masked instances, forward and backward (Auto
 /// takes them), and on the Hopper kernel's; the other GPU methods refuse them as
 /// `Reason::ScoreMod`, and so does f32 under Auto. Decoding with ALiBi does not pack grouped query heads (the bias depends on the head and
@@ -824,9 +863,13 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
     let window = AttentionOptions { window: Window { left: Some(512), right: None }, ..auto.clone() };
     let softcap = AttentionOptions { softcap: Some(30.0), causal: true, ..auto.clone() };
     let alibi = AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25, 0.125, 0.0625]), ..auto.clone() };
-    for (opts, d, suffix) in
-        [(window, 128, "_win_train"), (softcap, 64, "_win_softcap_train"), (alibi, 128, "_win_train")]
-    {
+    // (ALiBi alone at d = 128 on the backward's ALiBi instance, whose residual preprocessing is
+    // the window instance's code.)
+    for (opts, d, suffix, bwd_suffix) in [
+        (window, 128, "_win_train", "_win"),
+        (softcap, 64, "_win_softcap_train", "_win"),
+        (alibi, 128, "_win_train", "_alibi"),
+    ] {
         let l = Layout::bshd(2, 2000, 4, d);
         let p = problem(l, l, &opts);
         let (fwd, inference) = (
@@ -838,7 +881,7 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
         assert_eq!(fwd.main_launch().unwrap().grid, inference.main_launch().unwrap().grid);
         let bwd = backward(&DeviceProps::h200(), &p, &opts, true);
         assert!(bwd.residuals && bwd.kernel().starts_with("flash_bwd_prep_res_bf16"), "{bwd}");
-        assert!(bwd.kernel().ends_with("_win"), "{bwd}");
+        assert!(bwd.kernel().ends_with(bwd_suffix), "{bwd}");
     }
     // Head dims up to 32: Auto's inference forward stays on mma.sync, its training forward takes
     // the Hopper kernel padded to 64 columns (plain and masked), which keeps the residuals.

@@ -835,6 +835,7 @@ unsafe fn bwd_main<
     const WQ4: usize,
     const NT4: usize,
     const WIN: bool,
+    const ALIBI: bool,
     const CG: usize,
     const TMA: bool,
 >(
@@ -918,7 +919,7 @@ unsafe fn bwd_main<
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
-    let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, WIN as u32);
+    let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, if WIN { 1 } else if ALIBI { 2 } else { 0 });
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
@@ -1159,7 +1160,14 @@ unsafe fn bwd_main<
             // P (normalised; 0 where masked) and dS, stored as the element type.
             let scale_log2 = p.scale_log2;
             // Score modifiers (masked instances; one kind per problem, chosen here once).
-            let kind = if WIN { mod_kind(p) } else { MOD_NONE };
+            // (The ALiBi instance: the plain instance's walk and dQ adds, ALiBi on every score.)
+            let kind = if WIN {
+                mod_kind(p)
+            } else if ALIBI {
+                MOD_ALIBI
+            } else {
+                MOD_NONE
+            };
             // SAFETY: the host sizes the slopes (read only with modifiers).
             let hm = if kind != MOD_NONE { unsafe { HeadMod::of(p, &seq, h) } } else { HeadMod::NONE };
             for mt in 0..MT1 {
@@ -1696,6 +1704,11 @@ macro_rules! bwd_entries {
     (@one $elem:ty, $dt:literal, 256, $w:literal, $b:literal, $win:tt) => {
         bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, 256, $w, $b, $win);
     };
+    // The ALiBi instances (window kind 2) are sm_90a's only: they exist for the staged dQ adds,
+    // which need `wgmma` (`dq_staged`).
+    (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
+        bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, $d, $w, $b, 2);
+    };
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         bwd_entries!(@body [cfg(all())] $elem, $dt, $d, $w, $b, $win);
     };
@@ -1728,6 +1741,7 @@ macro_rules! bwd_entries {
                         { C.dq_query_warps() as usize },
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
                         { C.window == 1 },
+                        { C.window == 2 },
                         { C.col_groups() as usize },
                         { C.tma_query_tiles(WGMMA) },
                     >(&p)
@@ -1747,7 +1761,7 @@ macro_rules! bwd_entries {
                         { C.head_dim as usize },
                         { C.pitch() as usize },
                         { C.prep_stages(WGMMA) as usize },
-                        { C.window == 1 },
+                        { C.window != 0 },
                         false,
                     >(&p)
                 }
@@ -1774,7 +1788,7 @@ macro_rules! bwd_entries {
                     { C.head_dim as usize },
                     { C.pitch() as usize },
                     { C.prep_stages(WGMMA) as usize },
-                    { C.window == 1 },
+                    { C.window != 0 },
                     true,
                 >(&p)
             }
