@@ -471,7 +471,8 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
         while i < BWD_CONFIGS.len() {
             // (The column-group and ALiBi instances are sm_90a's only: `flash_bwd.rs`.)
             let c = BWD_CONFIGS[i];
-            let targets: &[Target] = if c.col_groups() > 1 || c.window == 2 { &SM90A_ONLY } else { &Target::ALL };
+            let targets: &[Target] =
+                if c.col_groups() > 1 || c.window == 2 { &SM90A_ONLY } else { &Target::ALL };
             out[n] = KernelInfo { name: BWD_KERNELS[e][i], family: Family::BwdMma(ELEMS[e], i), targets };
             out[n + 1] =
                 KernelInfo { name: BWD_PREP_KERNELS[e][i], family: Family::BwdPrep(ELEMS[e], i), targets };
