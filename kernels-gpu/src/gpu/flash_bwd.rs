@@ -73,6 +73,7 @@ use crate::config::PAD_CHUNKS;
 #[cfg(target_feature = "sm_90a")]
 use crate::config::{BWD_DQ_STAGE_PITCH, BWD_STAGE_BARRIER_BYTES};
 use crate::mask;
+use crate::math::fma;
 #[cfg(target_feature = "sm_90a")]
 use crate::params::TENSOR_MAP_BYTES;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
@@ -121,8 +122,7 @@ fn col_rows<const ROWS: usize, const PD: usize>(row: u32, c0: u32, lane: u32) ->
 ///
 /// `under` runs after the products are issued and before they are waited for: work that needs
 /// no result of theirs and touches no shared memory they read (the main kernel issues the next
-/// step's copies there, so that their address arithmetic runs under the products). With
-/// `skip` (uniform across the warpgroup) only `under` runs: `s` and `dp` are left as they were.
+/// step's copies there, so that their address arithmetic runs under the products).
 ///
 /// # Safety
 /// The tiles loaded (copies waited for, [`wgmma::fence_proxy_async_shared`] and a barrier
@@ -135,7 +135,6 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
     (a_s, a_d): (u32, u32),
     (b_s, b_d): (u32, u32),
     under: impl FnOnce(),
-    skip: bool,
 ) {
     use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
     // Each tile's descriptor once; step kk adds its byte offset in 16-byte units to the start
@@ -143,30 +142,26 @@ unsafe fn scores_wgmma<E: WgmmaElement, const D: usize, const AR: usize, const B
     let [ds, dd, ks, kd] = [a_s, a_d, b_s, b_d].map(|t| descriptor(t, 16, SWIZZLE_ATOM_BYTES));
     let mut sf = [0.0f32; 32];
     let mut df = [0.0f32; 32];
-    if !skip {
-        wgmma::fence();
-        for kk in 0..D / 16 {
-            // k16 step kk: 32 bytes into panel kk / 4.
-            let (panel, within) = (kk / 4, 32 * (kk % 4));
-            let (a_off, b_off) =
-                (((panel * 128 * AR + within) / 16) as u64, ((panel * 128 * BR + within) / 16) as u64);
-            // SAFETY: descriptors of loaded, swizzled panels (the caller's contract).
-            unsafe {
-                E::ss_n64(&mut sf, ds + a_off, ks + b_off, (kk > 0) as u32);
-                E::ss_n64(&mut df, dd + a_off, kd + b_off, (kk > 0) as u32);
-            }
+    wgmma::fence();
+    for kk in 0..D / 16 {
+        // k16 step kk: 32 bytes into panel kk / 4.
+        let (panel, within) = (kk / 4, 32 * (kk % 4));
+        let (a_off, b_off) =
+            (((panel * 128 * AR + within) / 16) as u64, ((panel * 128 * BR + within) / 16) as u64);
+        // SAFETY: descriptors of loaded, swizzled panels (the caller's contract).
+        unsafe {
+            E::ss_n64(&mut sf, ds + a_off, ks + b_off, (kk > 0) as u32);
+            E::ss_n64(&mut df, dd + a_off, kd + b_off, (kk > 0) as u32);
         }
-        wgmma::commit();
     }
+    wgmma::commit();
     under();
-    if !skip {
-        wgmma::wait::<0>();
-        wgmma::settle(&mut sf);
-        wgmma::settle(&mut df);
-        for nt in 0..8 {
-            s[nt] = [sf[4 * nt], sf[4 * nt + 1], sf[4 * nt + 2], sf[4 * nt + 3]];
-            dp[nt] = [df[4 * nt], df[4 * nt + 1], df[4 * nt + 2], df[4 * nt + 3]];
-        }
+    wgmma::wait::<0>();
+    wgmma::settle(&mut sf);
+    wgmma::settle(&mut df);
+    for nt in 0..8 {
+        s[nt] = [sf[4 * nt], sf[4 * nt + 1], sf[4 * nt + 2], sf[4 * nt + 3]];
+        dp[nt] = [df[4 * nt], df[4 * nt + 1], df[4 * nt + 2], df[4 * nt + 3]];
     }
 }
 
@@ -391,7 +386,7 @@ unsafe fn bwd_prep<
         #[cfg(target_feature = "sm_90a")]
         // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
         unsafe {
-            scores_wgmma::<E, D, BM, PBN>(&mut s, &mut dp, (q_tile, do_tile), (kt, vt), || {}, false)
+            scores_wgmma::<E, D, BM, PBN>(&mut s, &mut dp, (q_tile, do_tile), (kt, vt), || {})
         };
         #[cfg(not(target_feature = "sm_90a"))]
         for kk in 0..D / 16 {
@@ -578,7 +573,7 @@ unsafe fn prep_from_residuals<E: WgmmaElement, const D: usize, const PD: usize>(
     let mut low = [[0.0f32; 4]; BM / 8];
     // SAFETY: the tiles are loaded, fenced and behind the barrier above; 1024-byte aligned.
     unsafe {
-        scores_wgmma::<E, D, BM, BM>(&mut main, &mut low, (do_tile, do_tile), (o_tile, lo_tile), || {}, false)
+        scores_wgmma::<E, D, BM, BM>(&mut main, &mut low, (do_tile, do_tile), (o_tile, lo_tile), || {})
     };
     for half in 0..2 {
         // (Selected with compile-time indices only: a lane-dependent index would put the
@@ -685,6 +680,37 @@ fn modify_row<const M: u32, const NT: usize>(
     if M == MOD_SOFTCAP {
         row.stats[2] = 0.0;
         row.stats[3] = 0.0;
+    }
+}
+
+/// ALiBi's logits of one row in place, for the ALiBi instance: `raw·scale − slope·|pos − key|`
+/// as [`HeadMod::logit`] forms them, with the key's distance `pos − key` as the row's distance
+/// to the lane's first key less the key's compile-time offset `8·nt + e` (every position an
+/// integer below 2^24, so both distances are exact), instead of the key's position converted
+/// and subtracted per score. With the causal mask every key the row sees lies at or before its
+/// position (`|pos − key| = pos − key`) and keys it does not see get probability 0 whatever
+/// their logit, so the bias is one FMA of the slope and the offset: two FMAs per score in all,
+/// against four operations (three without the mask).
+#[inline(always)]
+fn alibi_row<const NT: usize>(
+    hm: &HeadMod,
+    row: &RowCtx,
+    sc: &mut [[f32; 4]; NT],
+    half: usize,
+    pos: f32,
+    causal: bool,
+) {
+    let slope = hm.sm.alibi_slope;
+    let dist0 = pos - row.key0 as f32;
+    let base = -slope * dist0;
+    for (nt, s) in sc.iter_mut().enumerate() {
+        for e in 0..2 {
+            let offset = (8 * nt + e) as f32;
+            let x = &mut s[2 * half + e];
+            // (−bias: `−slope·(dist0 − offset)`, or its absolute value's negative.)
+            let neg_bias = if causal { fma(slope, offset, base) } else { -slope * (dist0 - offset).abs() };
+            *x = fma(*x, hm.scale, neg_bias);
+        }
     }
 }
 
@@ -922,16 +948,6 @@ unsafe fn bwd_main<
     let key_groups: u32 = const { if W / 4 / CG > 1 { (W / 4 / CG) as u32 } else { 1 } };
     // Column groups split the P and dS stores: each stores its share of the keys.
     let split_store: bool = const { WGMMA && CG > 1 };
-    // Window instances with two key groups and every product on `wgmma` (d = 128): a key group
-    // no query of a step's tile sees is skipped (below, at each step).
-    let skip_unseen: bool = const {
-        WIN && WGMMA
-            && CG == 1
-            && BN == 128
-            && W == 8
-            && D % 64 == 0
-            && crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32)
-    };
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
@@ -1141,21 +1157,6 @@ unsafe fn bwd_main<
         let (qt, dot) = (q_tile(stages, s), q_tile(stages, s) + tile_bytes(BM));
         let tid_o = thread_x_opaque();
         let (lane_o, warp_o) = (tid_o % 32, tid_o / 32);
-        // Window instances on `wgmma` (d = 128: two warpgroups of 64 keys): a warpgroup whose
-        // key group no query of the tile sees (at the diagonal, and at the window's far edge)
-        // skips its S and dP products and stores P = dS = 0, so that the other warpgroup's
-        // products have the tensor cores alone. (A key group is unseen when the tile's last row
-        // ends before it or its first row begins after it: both bounds grow with the row. Not
-        // where the other group is unseen too — never on the walk, which visits only tiles that
-        // see the block.)
-        let own_dead = skip_unseen && {
-            let last = m0 + BM as u32 - 1;
-            let end = mask::row_key_end(last, seq.len_q, seq.len_k, causal, p.window_right);
-            let begin = mask::row_key_begin(m0, seq.len_q, seq.len_k, p.window_left);
-            let unseen = |k: u32| end <= k || begin >= k + 64;
-            let own = 64 * (warp_o / 4);
-            unseen(n0 + own) && !unseen(n0 + 64 - own)
-        };
 
         // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
         {
@@ -1184,7 +1185,6 @@ unsafe fn bwd_main<
                         (qt, dot),
                         (k_tile + 128 * k0, v_tile + 128 * k0),
                         prefetch,
-                        own_dead,
                     )
                 };
             }
@@ -1234,19 +1234,6 @@ unsafe fn bwd_main<
                         key0: n0 + k0 + 2 * t4,
                         scale_log2,
                     };
-                    if own_dead {
-                        // (An unseen key group: P and dS are 0, as the masked pass would store;
-                        // `kvw` holds, so the tiles are in 64-key panels.)
-                        for nt in 0..NT1 {
-                            let at = panel_swizzle(qr, k0 / 8 + nt as u32, BM as u32) + 4 * t4;
-                            // SAFETY: as `store`'s below.
-                            unsafe {
-                                shared::store_u32(p_tile + at, 0);
-                                shared::store_u32(ds_tile + at, 0);
-                            }
-                        }
-                        continue;
-                    }
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
                         let chunk = k0 / 8 + nt as u32;
                         let at =
@@ -1292,10 +1279,15 @@ unsafe fn bwd_main<
                     // Score modifiers first, in place (a pass of their own, so that their
                     // temporaries and the probabilities' are not live at once).
                     let (scm, dpm) = (&mut sc[mt], &mut dp[mt]);
-                    match kind {
-                        MOD_NONE => {}
-                        MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
-                        _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                    if ALIBI {
+                        // (The ALiBi instance: the distances from one per row, [`alibi_row`].)
+                        alibi_row::<NT1>(&hm, &row, scm, half, pos, causal);
+                    } else {
+                        match kind {
+                            MOD_NONE => {}
+                            MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                            _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                        }
                     }
                     // Rows that see all of the warp's keys (all but the key blocks on the
                     // diagonal, at the end of the keys or at a window's edges) skip the per-key
