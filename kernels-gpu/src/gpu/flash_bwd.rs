@@ -73,7 +73,6 @@ use crate::config::PAD_CHUNKS;
 #[cfg(target_feature = "sm_90a")]
 use crate::config::{BWD_DQ_STAGE_PITCH, BWD_STAGE_BARRIER_BYTES};
 use crate::mask;
-use crate::math::fma;
 #[cfg(target_feature = "sm_90a")]
 use crate::params::TENSOR_MAP_BYTES;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
@@ -683,37 +682,6 @@ fn modify_row<const M: u32, const NT: usize>(
     }
 }
 
-/// ALiBi's logits of one row in place, for the ALiBi instance: `raw·scale − slope·|pos − key|`
-/// as [`HeadMod::logit`] forms them, with the key's distance `pos − key` as the row's distance
-/// to the lane's first key less the key's compile-time offset `8·nt + e` (every position an
-/// integer below 2^24, so both distances are exact), instead of the key's position converted
-/// and subtracted per score. With the causal mask every key the row sees lies at or before its
-/// position (`|pos − key| = pos − key`) and keys it does not see get probability 0 whatever
-/// their logit, so the bias is one FMA of the slope and the offset: two FMAs per score in all,
-/// against four operations (three without the mask).
-#[inline(always)]
-fn alibi_row<const NT: usize>(
-    hm: &HeadMod,
-    row: &RowCtx,
-    sc: &mut [[f32; 4]; NT],
-    half: usize,
-    pos: f32,
-    causal: bool,
-) {
-    let slope = hm.sm.alibi_slope;
-    let dist0 = pos - row.key0 as f32;
-    let base = -slope * dist0;
-    for (nt, s) in sc.iter_mut().enumerate() {
-        for e in 0..2 {
-            let offset = (8 * nt + e) as f32;
-            let x = &mut s[2 * half + e];
-            // (−bias: `−slope·(dist0 − offset)`, or its absolute value's negative.)
-            let neg_bias = if causal { fma(slope, offset, base) } else { -slope * (dist0 - offset).abs() };
-            *x = fma(*x, hm.scale, neg_bias);
-        }
-    }
-}
-
 /// P (normalised; 0 where masked) and dS of one row's `NT` 8-key tiles of the lane (elements
 /// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`. Branch-free: every
 /// score's probability (a row without probabilities has `1/Σ P = 0`, and `offset = -inf` where
@@ -1279,15 +1247,10 @@ unsafe fn bwd_main<
                     // Score modifiers first, in place (a pass of their own, so that their
                     // temporaries and the probabilities' are not live at once).
                     let (scm, dpm) = (&mut sc[mt], &mut dp[mt]);
-                    if ALIBI {
-                        // (The ALiBi instance: the distances from one per row, [`alibi_row`].)
-                        alibi_row::<NT1>(&hm, &row, scm, half, pos, causal);
-                    } else {
-                        match kind {
-                            MOD_NONE => {}
-                            MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
-                            _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
-                        }
+                    match kind {
+                        MOD_NONE => {}
+                        MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                        _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
                     }
                     // Rows that see all of the warp's keys (all but the key blocks on the
                     // diagonal, at the end of the keys or at a window's edges) skip the per-key
