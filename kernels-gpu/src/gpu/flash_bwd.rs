@@ -73,6 +73,7 @@ use crate::config::PAD_CHUNKS;
 #[cfg(target_feature = "sm_90a")]
 use crate::config::{BWD_DQ_STAGE_PITCH, BWD_STAGE_BARRIER_BYTES};
 use crate::mask;
+use crate::math::fma;
 #[cfg(target_feature = "sm_90a")]
 use crate::params::TENSOR_MAP_BYTES;
 use crate::params::{BWD_BLOCK_M, BWD_PREP_BLOCK_N, BWD_PREP_THREADS, BwdParams};
@@ -682,6 +683,39 @@ fn modify_row<const M: u32, const NT: usize>(
     }
 }
 
+/// The ALiBi instance's scores of one row, in place, as the exponents of their probabilities:
+/// `raw·scale·scale_log2 + offset − slope·scale_log2·|pos − key|` — the logit
+/// [`HeadMod::logit`] forms, scaled and offset as [`prob_from_offset`] would — with the key's
+/// distance `pos − key` as the row's distance to the lane's first key less the key's
+/// compile-time offset `8·nt + e` (positions are integers below 2^24: both distances exact).
+/// With the causal mask (`CAUSAL`) every key the row sees lies at or before its position, so
+/// `|pos − key| = pos − key`, and the keys it does not see get probability 0 whatever their
+/// exponent: two FMAs a score, one more than without ALiBi (the logit, its scaling and the
+/// offset were four to five operations: session 24's profile put them at the whole of ALiBi's
+/// extra time). Without the mask, three. `(pos, key0, scale_log2, offset)`: the row's position
+/// and the lane's first key, the scale to base 2 and the row's offset.
+#[inline(always)]
+fn alibi_exponents<const NT: usize, const CAUSAL: bool>(
+    hm: &HeadMod,
+    sc: &mut [[f32; 4]; NT],
+    half: usize,
+    (pos, key0, scale_log2, offset): (f32, u32, f32, f32),
+) {
+    let a = hm.scale * scale_log2;
+    let s2 = hm.sm.alibi_slope * scale_log2;
+    let dist0 = pos - key0 as f32;
+    // `offset − s2·dist0`: the exponent's addend at the lane's first key.
+    let base = fma(-s2, dist0, offset);
+    for (nt, s) in sc.iter_mut().enumerate() {
+        for e in 0..2 {
+            let c = (8 * nt + e) as f32;
+            let add = if CAUSAL { fma(s2, c, base) } else { fma(-s2, (dist0 - c).abs(), offset) };
+            let x = &mut s[2 * half + e];
+            *x = fma(*x, a, add);
+        }
+    }
+}
+
 /// P (normalised; 0 where masked) and dS of one row's `NT` 8-key tiles of the lane (elements
 /// `2·half`, `2·half + 1` of each accumulator), handed to `store(nt, P, dS)`. Branch-free: every
 /// score's probability (a row without probabilities has `1/Σ P = 0`, and `offset = -inf` where
@@ -1195,12 +1229,15 @@ unsafe fn bwd_main<
                     } else {
                         (0, mask::key_end(m0 + qr + 1, seq.len_q, seq.len_k, causal))
                     };
+                    // (The ALiBi instance forms each score's whole exponent, [`alibi_exponents`]:
+                    // the probabilities then take it as it is — `2^(x·1 + (−0))`, which LLVM
+                    // folds to `2^x`.)
                     let mut row = RowCtx {
-                        stats: [offset, inv, pivot, d_rel],
+                        stats: [if ALIBI { -0.0 } else { offset }, inv, pivot, d_rel],
                         begin,
                         limit,
                         key0: n0 + k0 + 2 * t4,
-                        scale_log2,
+                        scale_log2: if ALIBI { 1.0 } else { scale_log2 },
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
                         let chunk = k0 / 8 + nt as u32;
@@ -1247,10 +1284,20 @@ unsafe fn bwd_main<
                     // Score modifiers first, in place (a pass of their own, so that their
                     // temporaries and the probabilities' are not live at once).
                     let (scm, dpm) = (&mut sc[mt], &mut dp[mt]);
-                    match kind {
-                        MOD_NONE => {}
-                        MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
-                        _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                    if ALIBI {
+                        // (One branch a row: each variant's loop straight-line.)
+                        let at = (pos, row.key0, scale_log2, offset);
+                        if causal {
+                            alibi_exponents::<NT1, true>(&hm, scm, half, at);
+                        } else {
+                            alibi_exponents::<NT1, false>(&hm, scm, half, at);
+                        }
+                    } else {
+                        match kind {
+                            MOD_NONE => {}
+                            MOD_ALIBI => modify_row::<MOD_ALIBI, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                            _ => modify_row::<MOD_SOFTCAP, NT1>(&hm, &mut row, scm, dpm, half, pos),
+                        }
                     }
                     // Rows that see all of the warp's keys (all but the key blocks on the
                     // diagonal, at the end of the keys or at a window's edges) skip the per-key
