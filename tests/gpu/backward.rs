@@ -235,8 +235,8 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     .enumerate()
     {
         // (The two-sided window also on the widest instance. The 0-wide, two-sided and
-        // (200, 0) windows also at d = 128, whose instance skips a key group that no query of a
-        // step's tile sees: at the diagonal and at a window's far edge.)
+        // (200, 0) windows also at d = 128, whose instance's block of two 64-key groups meets
+        // tiles that see only one of them: at the diagonal and at a window's far edge.)
         let d = if i == 3 && !wide.is_empty() { wide[0] } else { dims[i % dims.len()] };
         let skips = [0, 3, 4].contains(&i) && max_head_dim() >= 128;
         for (causal, d) in [(false, d), (true, d)]

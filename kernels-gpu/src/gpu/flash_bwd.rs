@@ -953,18 +953,9 @@ unsafe fn bwd_main<
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
-    let staged = crate::config::dq_staged(
-        WGMMA,
-        D as u32,
-        W as u32,
-        if WIN {
-            1
-        } else if ALIBI {
-            2
-        } else {
-            0
-        },
-    );
+    // (The instance's `BwdConfig::window`: 0 plain, 1 window, 2 ALiBi; never both flags.)
+    let window_kind = WIN as u32 | 2 * ALIBI as u32;
+    let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, window_kind);
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
     // Shared memory: K, V; two stages of (Q, dO); the P and dS tiles; two stages of row
