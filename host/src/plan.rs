@@ -803,6 +803,31 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
     InvalidInput::Tiles { method, block_m: tiles.block_m, block_n: tiles.block_n, reason }
 }
 
+/// Whether the backward's main kernel runs on a key-major grid (`BwdParams::key_major`): where its
+/// blocks' walks over the query tiles differ in length — a causal mask (a key tile's walk starts at
+/// its diagonal) or a window (the last key tiles' walks end early) — so that the hardware, which
+/// starts blocks `x` first, starts the longest walks first and ends the launch with the shortest
+/// (session 25, NOTES b40) — where the key tiles of `block_n` keys fit the grid's `z` (65535).
+/// Otherwise head-major: equal walks, each head's key blocks together (their rotated starts spread
+/// the dQ adds over the query tiles).
+pub(crate) fn backward_key_major(problem: &Problem, block_n: usize) -> bool {
+    let key_tiles = problem.max_lens().1.div_ceil(block_n.max(1)) as u64;
+    (problem.causal() || !problem.window().is_none()) && key_tiles <= MAX_GRID[2]
+}
+
+/// The backward main kernel's grid for key tiles of `block_n` keys: key-major
+/// ([`backward_key_major`]: `x` = K/V head, `y` = sequence, `z` = key tile) or head-major (`x` =
+/// key tile, `y` = K/V head, `z` = sequence).
+fn backward_key_grid(problem: &Problem, block_n: u32) -> [u64; 3] {
+    let key_tiles = problem.max_lens().1.div_ceil(block_n as usize) as u64;
+    let (heads, batch) = (problem.k().heads as u64, problem.batch() as u64);
+    if backward_key_major(problem, block_n as usize) {
+        [heads, batch, key_tiles]
+    } else {
+        [key_tiles, heads, batch]
+    }
+}
+
 /// Grid of the flash kernels: (query tiles of the longest sequence × splits) × heads ×
 /// sequences, within CUDA's limits.
 fn flash_grid(
@@ -1591,11 +1616,7 @@ fn backward_plan(
         kernel_on(method, props, Family::BwdDq(e))?,
     );
     let query_grid = flash_grid(method, problem, BWD_BLOCK_M, 1)?;
-    let key_grid = [
-        problem.max_lens().1.div_ceil(tiles.1 as usize) as u64,
-        problem.k().heads as u64,
-        problem.batch() as u64,
-    ];
+    let key_grid = backward_key_grid(problem, tiles.1);
     if key_grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
         return Err(unsupported(method, Reason::Grid { grid: key_grid }));
     }
@@ -1626,11 +1647,16 @@ fn backward_plan(
     .collect();
     let why = vec![format!(
         "backward: FlashAttention-2's algorithm on tensor cores, instance d{} ({} warps, {} keys a block, \
-         {} queries a step); dQ accumulates in f32 with atomics, {}",
+         {} queries a step{}); dQ accumulates in f32 with atomics, {}",
         config.head_dim,
         config.warps,
         tiles.1,
         tiles.0,
+        if backward_key_major(problem, tiles.1 as usize) {
+            "; key blocks in key-major order, every head's longest walks started first"
+        } else {
+            ""
+        },
         if opts.deterministic {
             "the key tiles taking turns per query tile (deterministic)"
         } else {

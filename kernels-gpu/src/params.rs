@@ -174,7 +174,8 @@ pub struct AppendParams {
 /// `attn.partial_rows` the number of log-sum-exp rows (the length of each statistics array).
 ///
 /// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
-/// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences.
+/// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences, or with
+/// [`BwdParams::key_major`] `x` = K/V heads, `y` = sequences, `z` = key tiles.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {
@@ -204,6 +205,11 @@ pub struct BwdParams {
     pub scale: f32,
     /// Query tiles ([`BWD_BLOCK_M`] rows) of the longest sequence: the stride of `locks`.
     pub q_tiles: u32,
+    /// 1: the main kernel's grid is key-major (`x` = K/V head, `y` = sequence, `z` = key tile),
+    /// so that the hardware, starting blocks `x` first, then `y`, then `z`, starts every head's
+    /// first key tiles before any head's later ones — with a causal mask or a window the longest
+    /// walks first and the shortest last. 0: `x` = key tile, `y` = K/V head, `z` = sequence.
+    pub key_major: u32,
     /// Deterministic mode: one u32 turn counter per (sequence, query head, query tile), at
     /// `(z·heads_q + h)·q_tiles + tile`, zeroed by the preprocessing kernel; the main kernel's
     /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then

@@ -468,7 +468,8 @@ fn backward_plans_and_refusals() {
             let c = BWD_CONFIGS[bwd_default(d as u32).unwrap()];
             assert_eq!(plan.launches.len(), 3, "{plan}");
             assert_eq!(plan.launches[0].grid, (300u32.div_ceil(64), 8, 2));
-            assert_eq!(plan.launches[1].grid, (500u32.div_ceil(c.block_n()), 2, 2));
+            // (Causal: key-major, every head's first key tiles first.)
+            assert_eq!(plan.launches[1].grid, (2, 2, 500u32.div_ceil(c.block_n())));
             // (1024 bytes of alignment slack where the kernels run `wgmma`: sm_90a.)
             let wgmma = props.compute_capability == (9, 0);
             assert_eq!(
@@ -582,6 +583,34 @@ fn backward_plans_and_refusals() {
     let lay = [("d_o", &k1), ("dq", &k1), ("dk", &q0), ("dv", &q0)];
     let p = plan_backward(&h200, DType::BF16, &problem(k1, q0, &opts), &opts, lay).unwrap();
     assert_eq!(p.launches.len(), 2, "{p}");
+}
+
+/// The backward's main kernel runs on a key-major grid (x = K/V heads, y = sequences, z = key
+/// tiles: every head's first key tiles, the longest walks, start first) with a causal mask or a
+/// window, and on the head-major one (x = key tiles, y = K/V heads, z = sequences) without.
+#[test]
+fn backward_key_tiles_in_key_major_order_where_walks_differ() {
+    use flashattn::{Window, plan_backward};
+    let h200 = DeviceProps::h200();
+    let (q, k) = (Layout::bshd(3, 1000, 8, 128), Layout::bshd(3, 1000, 2, 128));
+    let layouts = [("d_o", &q), ("dq", &q), ("dk", &k), ("dv", &k)];
+    let main_grid = |opts: &AttentionOptions| {
+        let p = plan_backward(&h200, DType::BF16, &problem(q, k, opts), opts, layouts).unwrap();
+        let main = p
+            .launches
+            .iter()
+            .find(|x| matches!(&x.kind, LaunchKind::Kernel(n) if n.starts_with("flash_bwd_bf16_d")))
+            .unwrap();
+        (main.grid, p.why.iter().any(|w| w.contains("key-major")))
+    };
+    // 1000 keys in 128-key tiles: 8.
+    let causal = AttentionOptions { causal: true, ..Default::default() };
+    let window =
+        AttentionOptions { window: Window { left: Some(256), right: Some(0) }, ..Default::default() };
+    for opts in [&causal, &window] {
+        assert_eq!(main_grid(opts), ((2, 3, 8), true), "{opts:?}");
+    }
+    assert_eq!(main_grid(&AttentionOptions::default()), ((8, 2, 3), false));
 }
 
 /// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it

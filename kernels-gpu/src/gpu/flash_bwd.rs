@@ -61,7 +61,9 @@ use super::arch::shared;
 use super::arch::shuffle;
 #[cfg(target_feature = "sm_90a")]
 use super::arch::thread::sync_threads_or;
-use super::arch::thread::{block_x, block_y, block_z, sync_threads, thread_x, thread_x_opaque};
+use super::arch::thread::{
+    block_x, block_xyz_opaque, block_y, block_z, sync_threads, thread_x, thread_x_opaque,
+};
 #[cfg(target_feature = "sm_90a")]
 use super::arch::tma;
 use super::arch::wgmma::{self, WgmmaElement};
@@ -206,6 +208,18 @@ fn stat_addr(bp: &BwdParams, r: u64) -> u64 {
 #[inline(always)]
 fn lock_index(bp: &BwdParams, z: u32, h: u32, tile: u32) -> u64 {
     (z as u64 * bp.attn.heads_q as u64 + h as u64) * bp.q_tiles as u64 + tile as u64
+}
+
+/// The main kernel's block: `(key tile, K/V head, sequence)`, from a key-major grid
+/// ([`BwdParams::key_major`]: `x` = K/V head, `y` = sequence, `z` = key tile) or the head-major
+/// one (`x` = key tile, `y` = K/V head, `z` = sequence). The special registers are read again
+/// at each call, opaquely, so that nothing derived from them is kept through the walk
+/// (registers are the d = 128 and 256 instances' limit: with the indices selected once, their
+/// window instances spilled).
+#[inline(always)]
+fn key_block(bp: &BwdParams) -> (u32, u32, u32) {
+    let (x, y, z) = block_xyz_opaque();
+    if bp.key_major != 0 { (z, x, y) } else { (x, y, z) }
 }
 
 /// Lane addresses of the A operand from a row-major `[m][k]` tile (rows `row0..row0+16`), and
@@ -915,14 +929,18 @@ unsafe fn bwd_main<
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
     let (g, t4) = (lane / 4, lane % 4);
-    let (kv_h, z) = (block_y(), block_z());
+    let (key_tile, kv_h, z) = key_block(bp);
     let causal = p.causal != 0;
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
-    let n0 = block_x() * BN as u32;
+    let n0 = key_tile * BN as u32;
     if n0 >= seq.len_k {
         return;
     }
+    // The block's first key, computed again where the walk and the epilogue use it (from the
+    // special registers, not kept in a register through the walk: kept, the d = 128 window
+    // instance spilled 8 bytes).
+    let key_start = || key_block(bp).0 * BN as u32;
     #[cfg(not(target_feature = "sm_90a"))]
     let chunks = PD as u32 / 8;
     // P and dS tiles: BM rows (queries) of BN keys.
@@ -996,7 +1014,7 @@ unsafe fn bwd_main<
     // instances' walks start at their own diagonal anyway; the column-group instances have no
     // register for it: with it d = 256's spilled 8 bytes).
     let rotates = !WIN && CG == 1;
-    let rot = if rotates && !causal && bp.locks == 0 { block_x() % per_head.max(1) } else { 0 };
+    let rot = if rotates && !causal && bp.locks == 0 { key_block(bp).0 % per_head.max(1) } else { 0 };
     let step = |it: u32| {
         let t = it % per_head.max(1) + rot;
         let t = if rotates && t >= per_head { t - per_head } else { t };
@@ -1227,7 +1245,7 @@ unsafe fn bwd_main<
                         stats: [if ALIBI { -0.0 } else { offset }, inv, pivot, d_rel],
                         begin,
                         limit,
-                        key0: n0 + k0 + 2 * t4,
+                        key0: key_start() + k0 + 2 * t4,
                         scale_log2: if ALIBI { 1.0 } else { scale_log2 },
                     };
                     let store = |nt: usize, pr: [f32; 2], ds: [f32; 2]| {
@@ -1248,7 +1266,7 @@ unsafe fn bwd_main<
                         const { assert!(!WGMMA || CG == 1 || (CG == 2 && NT1 == 8)) };
                         // (Not with a window: the d = 256 window instance spilled with both
                         // variants.)
-                        let whole = !WIN && shuffle::all(row.sees(n0 + k0, 8 * NT1 as u32));
+                        let whole = !WIN && shuffle::all(row.sees(key_start() + k0, 8 * NT1 as u32));
                         let upper = warp_o / 4 / key_groups != 0;
                         let (s8, d8) = (sc[mt].as_mut_ptr(), dp[mt].as_mut_ptr());
                         if upper {
@@ -1293,7 +1311,7 @@ unsafe fn bwd_main<
                     // Rows that see all of the warp's keys (all but the key blocks on the
                     // diagonal, at the end of the keys or at a window's edges) skip the per-key
                     // mask.
-                    let whole = shuffle::all(row.sees(n0 + k0, 8 * NT1 as u32));
+                    let whole = shuffle::all(row.sees(key_start() + k0, 8 * NT1 as u32));
                     if whole {
                         probs_and_ds::<false, NT1>(&row, scm, dpm, half, store);
                     } else {
@@ -1453,7 +1471,7 @@ unsafe fn bwd_main<
             if bp.locks != 0 {
                 if thread_x() == 0 {
                     // SAFETY: the counter of this query tile (host sizing).
-                    while unsafe { global::load_acquire_u32(lock) } != block_x() {}
+                    while unsafe { global::load_acquire_u32(lock) } != key_block(bp).0 {}
                 }
                 sync_threads();
             }
@@ -1506,7 +1524,7 @@ unsafe fn bwd_main<
                 sync_threads();
                 if thread_x() == 0 {
                     // SAFETY: as above.
-                    unsafe { global::store_release_u32(lock, block_x() + 1) };
+                    unsafe { global::store_release_u32(lock, key_block(bp).0 + 1) };
                 }
             }
         }
@@ -1543,12 +1561,12 @@ unsafe fn bwd_main<
         let wg = warp / 4;
         let (kg, cp0) =
             if CG == 1 { (wg, 0) } else { (wg % key_groups, (D / 64 / CG) as u32 * (wg / key_groups)) };
-        let k0 = n0 + 64 * kg + 16 * (warp % 4);
+        let k0 = key_start() + 64 * kg + 16 * (warp % 4);
         // The sequence's view read again (not kept in registers through the loop: the d = 128
         // window instance spilled 8 bytes holding it).
+        let (_, kv_h, z) = key_block(bp);
         // SAFETY: as at the start.
-        let seq = unsafe { SeqView::of(p, block_z()) };
-        let kv_h = block_y();
+        let seq = unsafe { SeqView::of(p, z) };
         for half in 0..2 {
             let key = k0 + g + 8 * half as u32;
             if key < seq.len_k {
@@ -1576,7 +1594,7 @@ unsafe fn bwd_main<
         return;
     }
     let (wk, wd) = (warp % WK3 as u32, warp / WK3 as u32);
-    let (k0, c0) = (n0 + wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
+    let (k0, c0) = (key_start() + wk * (16 * MT3) as u32, wd * (8 * NT3) as u32);
     for mt in 0..MT3 {
         for half in 0..2 {
             let key = k0 + 16 * mt as u32 + g + 8 * half as u32;

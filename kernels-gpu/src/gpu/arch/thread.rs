@@ -20,6 +20,22 @@ pub fn thread_x_opaque() -> u32 {
     t
 }
 
+/// `(%ctaid.x, %ctaid.y, %ctaid.z)` read by an instruction the compiler treats as opaque (as
+/// [`thread_x_opaque`]): values derived from them are recomputed at each read instead of being
+/// kept in registers across a loop.
+#[inline(always)]
+pub fn block_xyz_opaque() -> (u32, u32, u32) {
+    let (x, y, z): (u32, u32, u32);
+    // SAFETY: reads special registers.
+    unsafe {
+        core::arch::asm!(
+            "mov.u32 {x}, %ctaid.x;", "mov.u32 {y}, %ctaid.y;", "mov.u32 {z}, %ctaid.z;",
+            x = out(reg32) x, y = out(reg32) y, z = out(reg32) z,
+        )
+    };
+    (x, y, z)
+}
+
 /// `x` through an instruction the compiler treats as opaque: values derived from the result
 /// inside a loop are computed there, not hoisted out of it and kept in registers across it.
 #[inline(always)]
