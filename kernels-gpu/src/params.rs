@@ -175,7 +175,8 @@ pub struct AppendParams {
 ///
 /// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
 /// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences, or with
-/// [`BwdParams::key_major`] `x` = K/V heads, `y` = sequences, `z` = key tiles.
+/// [`BwdParams::key_major`] `x` = (K/V head, sequence) pairs of a group, `y` = key tiles, `z` =
+/// groups.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {
@@ -205,11 +206,16 @@ pub struct BwdParams {
     pub scale: f32,
     /// Query tiles ([`BWD_BLOCK_M`] rows) of the longest sequence: the stride of `locks`.
     pub q_tiles: u32,
-    /// 1: the main kernel's grid is key-major (`x` = K/V head, `y` = sequence, `z` = key tile),
-    /// so that the hardware, starting blocks `x` first, then `y`, then `z`, starts every head's
-    /// first key tiles before any head's later ones — with a causal mask or a window the longest
-    /// walks first and the shortest last. 0: `x` = key tile, `y` = K/V head, `z` = sequence.
+    /// The main kernel's grid order. 0: head-major, `x` = key tile, `y` = K/V head, `z` =
+    /// sequence. `G > 0`: key-major in groups of `G` (K/V head, sequence) pairs (`G` divides
+    /// their count), `x` = pair within the group, `y` = key tile, `z` = group; a pair is
+    /// `K/V head + kv_heads·sequence`. The hardware starts blocks `x` first, then `y`, then `z`:
+    /// so each group's first key tiles start before any of its later ones — with a causal mask or
+    /// a window the longest walks first and the shortest last — while a group's blocks stay
+    /// together (their query tiles shared in the L2).
     pub key_major: u32,
+    /// K/V heads (with `key_major`).
+    pub kv_heads: u32,
     /// Deterministic mode: one u32 turn counter per (sequence, query head, query tile), at
     /// `(z·heads_q + h)·q_tiles + tile`, zeroed by the preprocessing kernel; the main kernel's
     /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then

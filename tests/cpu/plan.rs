@@ -468,8 +468,8 @@ fn backward_plans_and_refusals() {
             let c = BWD_CONFIGS[bwd_default(d as u32).unwrap()];
             assert_eq!(plan.launches.len(), 3, "{plan}");
             assert_eq!(plan.launches[0].grid, (300u32.div_ceil(64), 8, 2));
-            // (Causal: key-major, every head's first key tiles first.)
-            assert_eq!(plan.launches[1].grid, (2, 2, 500u32.div_ceil(c.block_n())));
+            // (Causal: key-major, one group of the 2 × 2 (K/V head, sequence) pairs.)
+            assert_eq!(plan.launches[1].grid, (4, 500u32.div_ceil(c.block_n()), 1));
             // (1024 bytes of alignment slack where the kernels run `wgmma`: sm_90a.)
             let wgmma = props.compute_capability == (9, 0);
             assert_eq!(
@@ -585,16 +585,18 @@ fn backward_plans_and_refusals() {
     assert_eq!(p.launches.len(), 2, "{p}");
 }
 
-/// The backward's main kernel runs on a key-major grid (x = K/V heads, y = sequences, z = key
-/// tiles: every head's first key tiles, the longest walks, start first) with a causal mask or a
-/// window, and on the head-major one (x = key tiles, y = K/V heads, z = sequences) without.
+/// The backward's main kernel runs on a key-major grid in groups of (K/V head, sequence) pairs
+/// (x = pair within the group, y = key tile, z = group: each group's first key tiles, the
+/// longest walks, start first) with a causal mask or a window — the group the largest divisor
+/// of the pairs up to 16 — and on the head-major one (x = key tiles, y = K/V heads, z =
+/// sequences) without, or where no divisor above 1 exists.
 #[test]
 fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     use flashattn::{Window, plan_backward};
     let h200 = DeviceProps::h200();
-    let (q, k) = (Layout::bshd(3, 1000, 8, 128), Layout::bshd(3, 1000, 2, 128));
-    let layouts = [("d_o", &q), ("dq", &q), ("dk", &k), ("dv", &k)];
-    let main_grid = |opts: &AttentionOptions| {
+    let main_grid = |batch: usize, kv_heads: usize, opts: &AttentionOptions| {
+        let (q, k) = (Layout::bshd(batch, 1000, 4 * kv_heads, 128), Layout::bshd(batch, 1000, kv_heads, 128));
+        let layouts = [("d_o", &q), ("dq", &q), ("dk", &k), ("dv", &k)];
         let p = plan_backward(&h200, DType::BF16, &problem(q, k, opts), opts, layouts).unwrap();
         let main = p
             .launches
@@ -608,9 +610,14 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     let window =
         AttentionOptions { window: Window { left: Some(256), right: Some(0) }, ..Default::default() };
     for opts in [&causal, &window] {
-        assert_eq!(main_grid(opts), ((2, 3, 8), true), "{opts:?}");
+        // 6 pairs: one group; 48: three of 16; 34: seventeen of 2 (17 is over 16).
+        assert_eq!(main_grid(3, 2, opts), ((6, 8, 1), true), "{opts:?}");
+        assert_eq!(main_grid(3, 16, opts), ((16, 8, 3), true), "{opts:?}");
+        assert_eq!(main_grid(17, 2, opts), ((2, 8, 17), true), "{opts:?}");
+        // A prime count of pairs above 16: head-major.
+        assert_eq!(main_grid(17, 1, opts), ((8, 1, 17), false), "{opts:?}");
     }
-    assert_eq!(main_grid(&AttentionOptions::default()), ((8, 2, 3), false));
+    assert_eq!(main_grid(3, 2, &AttentionOptions::default()), ((8, 2, 3), false));
 }
 
 /// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it

@@ -210,16 +210,23 @@ fn lock_index(bp: &BwdParams, z: u32, h: u32, tile: u32) -> u64 {
     (z as u64 * bp.attn.heads_q as u64 + h as u64) * bp.q_tiles as u64 + tile as u64
 }
 
-/// The main kernel's block: `(key tile, K/V head, sequence)`, from a key-major grid
-/// ([`BwdParams::key_major`]: `x` = K/V head, `y` = sequence, `z` = key tile) or the head-major
-/// one (`x` = key tile, `y` = K/V head, `z` = sequence). The special registers are read again
-/// at each call, opaquely, so that nothing derived from them is kept through the walk
-/// (registers are the d = 128 and 256 instances' limit: with the indices selected once, their
-/// window instances spilled).
+/// The main kernel's block: `(key tile, K/V head, sequence)`, from a key-major grid in groups
+/// of `G` (K/V head, sequence) pairs ([`BwdParams::key_major`]: `x` = pair within the group, `y`
+/// = key tile, `z` = group) or the head-major one (`x` = key tile, `y` = K/V head, `z` =
+/// sequence). The special registers are read again at each call, opaquely, so that nothing
+/// derived from them is kept through the walk (registers are the d = 128 and 256 instances'
+/// limit: with the indices selected once, their window instances spilled).
 #[inline(always)]
 fn key_block(bp: &BwdParams) -> (u32, u32, u32) {
     let (x, y, z) = block_xyz_opaque();
-    if bp.key_major != 0 { (z, x, y) } else { (x, y, z) }
+    if bp.key_major != 0 {
+        // (`max(1)`: no division that can fail; the host sets both.)
+        let pair = z * bp.key_major + x;
+        let kv_heads = bp.kv_heads.max(1);
+        (y, pair % kv_heads, pair / kv_heads)
+    } else {
+        (x, y, z)
+    }
 }
 
 /// Lane addresses of the A operand from a row-major `[m][k]` tile (rows `row0..row0+16`), and
