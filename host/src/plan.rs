@@ -675,7 +675,7 @@ pub(crate) fn one_tile_per_block(
         let kernel = kernel_on(method, props, Family::FlashWgmma(e, t))?;
         launch.kernel = Some(kernel);
         launch.kind = LaunchKind::Kernel(kernel.name());
-        launch.grid = flash_grid(method, problem, b.block_m, 1)?;
+        launch.grid = wgmma_one_tile_grid(problem, &b, flash_grid(method, problem, b.block_m, 1)?);
         launch.threads = b.threads();
         launch.shared_bytes = b.shared_bytes();
         plan.tiles = Some((b.block_m as usize, b.block_n as usize));
@@ -817,10 +817,55 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
 /// is 1, or where the key tiles exceed the grid's `y` (65535).
 pub(crate) fn backward_key_major(problem: &Problem, block_n: usize) -> u32 {
     let key_tiles = problem.max_lens().1.div_ceil(block_n.max(1)) as u64;
-    let pairs = problem.k().heads * problem.batch();
-    let group = (1..=16.min(pairs)).rev().find(|g| pairs % g == 0).unwrap_or(1);
+    let group = pair_group(problem.k().heads * problem.batch());
     let walks_differ = problem.causal() || !problem.window().is_none();
     if walks_differ && group > 1 && key_tiles <= MAX_GRID[1] { group as u32 } else { 0 }
+}
+
+/// Pairs (head, sequence) a group, where blocks of unequal work run in groups of pairs (the
+/// backward's key-major grid, the Hopper forward's causal order): the largest divisor of the
+/// `pairs` up to 16 — 16 pairs of 8 tiles (N = 1024 in 128-row tiles) about one wave of 132
+/// blocks, their K and V (forward) or Q, dO and dQ accumulator (backward) a few MB of the L2.
+fn pair_group(pairs: usize) -> usize {
+    (1..=16.min(pairs)).rev().find(|g| pairs % g == 0).unwrap_or(1)
+}
+
+/// The Hopper forward's tile order (`WgmmaParams::pair_group`) for instance `config`: with a
+/// causal mask (tiles of unequal work), in groups of [`pair_group`] (head, sequence) pairs, each
+/// group's longest tiles first (session 25, NOTES v41): a dynamic persistent instance numbers
+/// its tiles so (1: pair by pair, as before), a one-tile instance runs on the grid `x` = pair
+/// within the group, `y` = query tile, `z` = group — fixed-length batches without a window
+/// (a window's tiles are of equal work but the first), where the group is above 1 and the query
+/// tiles fit the grid's `y`. 0: the usual order.
+pub(crate) fn forward_pair_group(problem: &Problem, config: &flashattn_kernels::config::WgmmaConfig) -> u32 {
+    let group = pair_group(problem.q().heads * problem.batch()) as u32;
+    let query_tiles = problem.max_lens().0.div_ceil(config.block_m as usize) as u64;
+    match config.persistent {
+        2 => group,
+        0 if problem.causal()
+            && problem.window().is_none()
+            && problem.varlen().is_none()
+            && group > 1
+            && query_tiles <= MAX_GRID[1] =>
+        {
+            group
+        }
+        _ => 0,
+    }
+}
+
+/// A one-tile Hopper instance's grid: `grid` (the flash kernels' own), or with
+/// [`forward_pair_group`] `G` the grid `(G, query tiles, pairs / G)`.
+fn wgmma_one_tile_grid(
+    problem: &Problem,
+    config: &flashattn_kernels::config::WgmmaConfig,
+    grid: (u32, u32, u32),
+) -> (u32, u32, u32) {
+    match forward_pair_group(problem, config) {
+        0 => grid,
+        g if config.persistent == 0 => (g, grid.0, grid.1 * grid.2 / g),
+        _ => grid,
+    }
 }
 
 /// The backward main kernel's grid for key tiles of `block_n` keys: key-major in groups
@@ -1273,6 +1318,17 @@ fn plan_wgmma(
             if problem.causal() { " with a causal mask" } else { " without a mask" }
         ));
     }
+    if config.persistent == 0 {
+        if let Some(launch) = plan.launches.first_mut() {
+            launch.grid = wgmma_one_tile_grid(problem, &config, launch.grid);
+        }
+    }
+    if forward_pair_group(problem, &config) > 1 {
+        plan.why.push(format!(
+            "causal order: the query tiles of {} (head, sequence) pairs at a time, their longest tiles first",
+            forward_pair_group(problem, &config)
+        ));
+    }
     if config.persistent != 0 {
         if let Some(launch) = plan.launches.first_mut() {
             launch.grid = (props.sm_count, 1, 1);
@@ -1652,6 +1708,13 @@ fn backward_plan(
     .into_iter()
     .filter(|l| l.grid.0 > 0 && l.grid.1 > 0 && l.grid.2 > 0)
     .collect();
+    // On sm_90a each launch after the first is a programmatic dependent of the one before (the
+    // kernels wait before reading what it wrote): the gaps between the three hidden (NOTES b41).
+    // The first never is: it may read what the caller's own kernels wrote.
+    let mut launches = launches;
+    for l in launches.iter_mut().skip(1) {
+        l.after_previous = wgmma;
+    }
     let why = vec![format!(
         "backward: FlashAttention-2's algorithm on tensor cores, instance d{} ({} warps, {} keys a block, \
          {} queries a step{}); dQ accumulates in f32 with atomics, {}",

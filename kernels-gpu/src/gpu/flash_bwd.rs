@@ -62,7 +62,8 @@ use super::arch::shuffle;
 #[cfg(target_feature = "sm_90a")]
 use super::arch::thread::sync_threads_or;
 use super::arch::thread::{
-    block_x, block_xyz_opaque, block_y, block_z, sync_threads, thread_x, thread_x_opaque,
+    block_x, block_xyz_opaque, block_y, block_z, let_dependent_grid_start, sync_threads, thread_x,
+    thread_x_opaque, wait_for_previous_grid,
 };
 #[cfg(target_feature = "sm_90a")]
 use super::arch::tma;
@@ -267,6 +268,9 @@ unsafe fn bwd_prep<
     const { assert!(D % 16 == 0 && PD >= D && PT % (PD / 8) == 0 && BM == 16 * (PT / 32) && (PS == 1 || PS == 2)) };
     // On `wgmma`: the block is one warpgroup, its scores one 64 × 64 product a tile.
     const { assert!(!WGMMA || (PT == 128 && BM == 64 && PBN == 64)) };
+    // The main kernel (a programmatic dependent on sm_90a) may be scheduled now: its blocks load
+    // their K and V tiles on SMs this grid's last blocks leave, then wait for this grid.
+    let_dependent_grid_start();
     let p = &bp.attn;
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
@@ -1113,6 +1117,11 @@ unsafe fn bwd_main<
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(k_tile, HeadRows::keys(p, &seq, kv_h), n0);
         load_tile_in::<BN, PD, T, PAD_CHUNKS, WGMMA>(v_tile, HeadRows::values(p, &seq, kv_h), n0);
     }
+    // Launched as a programmatic dependent of the preprocessing kernel (sm_90a): everything from
+    // here reads what it wrote (the statistics, the zeroed accumulator, the turn counters) —
+    // K and V, above, are inputs. And the conversion kernel after this one may be scheduled now.
+    wait_for_previous_grid();
+    let_dependent_grid_start();
     let mut at = (kv_h * group, first + rot);
     if steps > 0 {
         load_step(0, at, 0, true);
@@ -1735,6 +1744,8 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
 /// As [`bwd_prep`], with the accumulator complete; launch with [`PT`] threads.
 #[inline(always)]
 unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
+    // A programmatic dependent of the main kernel (sm_90a): the accumulator complete first.
+    wait_for_previous_grid();
     let p = &bp.attn;
     let (h, z) = (block_y(), block_z());
     // SAFETY: offsets valid for every z of the grid (host).
