@@ -811,10 +811,10 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
 /// shortest (session 25, NOTES b40). In groups so that the key tiles of one pair start close
 /// together and share its query tiles in the L2 (all the pairs' first key tiles at once would
 /// stream every pair's queries: at B = 16, N = 1024, d = 128 some 130 MB against the 60 MB L2):
-/// `G` is the largest divisor of the pair count up to 16 (16 pairs of 8 key tiles at N = 1024
-/// fill about one wave of 132 blocks). Head-major without a mask or window (equal walks, each
-/// head's key blocks together, their rotated starts spreading the dQ adds), where that divisor
-/// is 1, or where the key tiles exceed the grid's `y` (65535).
+/// `G` is [`pair_group`]'s (16 pairs of 8 key tiles at N = 1024 fill about one wave of 132
+/// blocks). Head-major without a mask or window (equal walks, each head's key blocks together,
+/// their rotated starts spreading the dQ adds), with 16 pairs or fewer or no divisor above 1
+/// (`G` = 1), or where the key tiles exceed the grid's `y` (65535).
 pub(crate) fn backward_key_major(problem: &Problem, block_n: usize) -> u32 {
     let key_tiles = problem.max_lens().1.div_ceil(block_n.max(1)) as u64;
     let group = pair_group(problem.k().heads * problem.batch());
@@ -825,9 +825,17 @@ pub(crate) fn backward_key_major(problem: &Problem, block_n: usize) -> u32 {
 /// Pairs (head, sequence) a group, where blocks of unequal work run in groups of pairs (the
 /// backward's key-major grid, the Hopper forward's causal order): the largest divisor of the
 /// `pairs` up to 16 — 16 pairs of 8 tiles (N = 1024 in 128-row tiles) about one wave of 132
-/// blocks, their K and V (forward) or Q, dO and dQ accumulator (backward) a few MB of the L2.
+/// blocks, their K and V (forward) or Q, dO and dQ accumulator (backward) a few MB of the L2 —
+/// where there are more than 16 pairs; else 1 (no groups). Measured (session 25, call 1): the
+/// backward in key-major order gained 2–6% with a causal mask from 32 pairs (d = 128 at N ≤
+/// 8192, B·N = 16384, H = 16), where the model of its tail predicts it, and lost 2–4% with one
+/// group of 8–16 pairs at N = 8192–16384 (d = 256 causal; windows at d = 128), where the model
+/// predicts nothing to gain.
 fn pair_group(pairs: usize) -> usize {
-    (1..=16.min(pairs)).rev().find(|g| pairs % g == 0).unwrap_or(1)
+    if pairs <= 16 {
+        return 1;
+    }
+    (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1)
 }
 
 /// The Hopper forward's tile order (`WgmmaParams::pair_group`) for instance `config`: with a

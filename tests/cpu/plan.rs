@@ -468,8 +468,8 @@ fn backward_plans_and_refusals() {
             let c = BWD_CONFIGS[bwd_default(d as u32).unwrap()];
             assert_eq!(plan.launches.len(), 3, "{plan}");
             assert_eq!(plan.launches[0].grid, (300u32.div_ceil(64), 8, 2));
-            // (Causal: key-major, one group of the 2 × 2 (K/V head, sequence) pairs.)
-            assert_eq!(plan.launches[1].grid, (4, 500u32.div_ceil(c.block_n()), 1));
+            // (Causal, but 2 × 2 (K/V head, sequence) pairs, at most 16: head-major.)
+            assert_eq!(plan.launches[1].grid, (500u32.div_ceil(c.block_n()), 2, 2));
             // (1024 bytes of alignment slack where the kernels run `wgmma`: sm_90a.)
             let wgmma = props.compute_capability == (9, 0);
             assert_eq!(
@@ -587,9 +587,9 @@ fn backward_plans_and_refusals() {
 
 /// The backward's main kernel runs on a key-major grid in groups of (K/V head, sequence) pairs
 /// (x = pair within the group, y = key tile, z = group: each group's first key tiles, the
-/// longest walks, start first) with a causal mask or a window — the group the largest divisor
-/// of the pairs up to 16 — and on the head-major one (x = key tiles, y = K/V heads, z =
-/// sequences) without, or where no divisor above 1 exists.
+/// longest walks, start first) with a causal mask or a window and more than 16 pairs — the group
+/// the largest divisor of the pairs up to 16 — and on the head-major one (x = key tiles, y = K/V
+/// heads, z = sequences) without, with 16 pairs or fewer, or where no divisor above 1 exists.
 #[test]
 fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     use flashattn::{Window, plan_backward};
@@ -610,11 +610,13 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     let window =
         AttentionOptions { window: Window { left: Some(256), right: Some(0) }, ..Default::default() };
     for opts in [&causal, &window] {
-        // 6 pairs: one group; 48: three of 16; 34: seventeen of 2 (17 is over 16).
-        assert_eq!(main_grid(3, 2, opts), ((6, 8, 1), true), "{opts:?}");
+        // 48 pairs: three groups of 16; 34: seventeen of 2 (17 is over 16).
         assert_eq!(main_grid(3, 16, opts), ((16, 8, 3), true), "{opts:?}");
         assert_eq!(main_grid(17, 2, opts), ((2, 8, 17), true), "{opts:?}");
-        // A prime count of pairs above 16: head-major.
+        // Head-major: 16 pairs or fewer (one group lost time where walks are long), or a prime
+        // count above 16.
+        assert_eq!(main_grid(1, 16, opts), ((8, 16, 1), false), "{opts:?}");
+        assert_eq!(main_grid(3, 2, opts), ((8, 2, 3), false), "{opts:?}");
         assert_eq!(main_grid(17, 1, opts), ((8, 1, 17), false), "{opts:?}");
     }
     assert_eq!(main_grid(3, 2, &AttentionOptions::default()), ((8, 2, 3), false));
@@ -1049,9 +1051,6 @@ fn hopper_tile_override_picks_the_192_row_instances() {
         assert_eq!(p.main_launch().unwrap().threads, if want.contains("m192") { 512 } else { 384 }, "{p}");
         if !want.ends_with("_s2") {
             assert_eq!(p.main_launch().unwrap().grid, (h200.sm_count, 1, 1), "{p}");
-        } else if opts.causal {
-            // (Causal, 2 (head, sequence) pairs: one group of 2, the grid's y the query tiles.)
-            assert_eq!(p.main_launch().unwrap().grid, (2, 1024u32.div_ceil(192), 1), "{p}");
         } else {
             assert_eq!(p.main_launch().unwrap().grid.0, 1024u32.div_ceil(192), "{p}");
         }

@@ -308,6 +308,33 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
+    // The main kernel's key-major grid (more than 16 (K/V head, sequence) pairs with a causal
+    // mask or a window: x = pair in the group, y = key tile, z = group): plain causal with GQA
+    // (24 pairs in groups of 12) at d = 64, 128 and 256, ALiBi alone (its instance), a window
+    // on 34 pairs in groups of 2, and a variable-length batch with an empty sequence (20 pairs
+    // in groups of 10).
+    for d in [64, 128, 256].into_iter().filter(|&d| d <= max_head_dim()) {
+        specs.push(spec(batch(3, 200, 300), 16, 8, d, true, Bshd));
+    }
+    let mut with_alibi = spec(batch(3, 260, 200), 8, 8, 128.min(max_head_dim()), true, Bhsd);
+    with_alibi.alibi_slopes = alibi(8, 0.5);
+    specs.push(with_alibi);
+    let mut windowed = spec(batch(17, 90, 150), 2, 2, 64, true, Aligned);
+    windowed.window = w(Some(40), Some(0));
+    specs.push(windowed);
+    specs.push(spec(
+        Sequences::VarLen {
+            q_lens: vec![65, 0, 129, 1, 40],
+            k_lens: vec![100, 3, 0, 64, 200],
+            spare_q: 1,
+            spare_k: 2,
+        },
+        8,
+        4,
+        64,
+        true,
+        Bshd,
+    ));
     // The variants a tile override selects (instances after the first of their head dim): the
     // edge shapes of a head dim they run, and d = 64's two-block variant on one of 40.
     for (i, c) in BWD_CONFIGS.iter().enumerate() {

@@ -81,6 +81,15 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         s.values = Values::LargeLogits;
         specs.push(s);
     }
+    // Causal one-tile grids in groups of (head, sequence) pairs (more than 16 pairs: x = pair in
+    // the group, y = query tile from the last, z = group): 24 pairs in groups of 12 with GQA and
+    // partial tiles, 34 in groups of 2 with Nq > Nk (rows that see no key), a masked instance
+    // (softcap) on 20 pairs.
+    specs.push(spec(batch(3, 300, 300), 8, 2, 256, true, Bshd));
+    specs.push(spec(batch(17, 150, 90), 2, 1, 192, true, Bhsd));
+    let mut capped = spec(batch(2, 200, 260), 10, 5, 128, true, Bshd);
+    capped.softcap = Some(30.0);
+    specs.push(capped);
     for s in &specs {
         let case = Case::<T>::random(&mut case_rng(), s);
         if !run_and_check(dev, &case, Method::FlashHopper)? {
