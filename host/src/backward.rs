@@ -205,7 +205,7 @@ impl Device {
             scale: problem.scale(),
             q_tiles,
             // The main kernel's grid as the plan laid it out.
-            key_major: plan.tiles.map_or(0, |t| crate::plan::backward_key_major(problem, t.1)),
+            key_major: crate::plan::backward_plan_key_major(plan, problem),
             kv_heads: problem.k().heads as u32,
             // After the accumulator and the 16-byte statistics rows.
             locks: if deterministic { scratch.device_address() + acc_bytes + 16 * rows } else { 0 },

@@ -7,7 +7,7 @@
 //! faster path was not taken.
 
 use flashattn_kernels::config::{
-    BWD_CONFIGS, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
+    BWD_CONFIGS, BwdConfig, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
     WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise,
     mma_find, mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train,
     wgmma_with_rows, wgmma_with_tiles,
@@ -815,8 +815,13 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
 /// blocks). Head-major without a mask or window (equal walks, each head's key blocks together,
 /// their rotated starts spreading the dQ adds), with 16 pairs or fewer or no divisor above 1
 /// (`G` = 1), or where the key tiles exceed the grid's `y` (65535).
-pub(crate) fn backward_key_major(problem: &Problem, block_n: usize) -> u32 {
-    let key_tiles = problem.max_lens().1.div_ceil(block_n.max(1)) as u64;
+pub(crate) fn backward_key_major(problem: &Problem, config: &BwdConfig) -> u32 {
+    if config.window == 1 {
+        // The window instances: head-major only (the selection of their indices cost their walk
+        // 1–3%, session 25).
+        return 0;
+    }
+    let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
     let group = pair_group(problem.k().heads * problem.batch());
     let walks_differ = problem.causal() || !problem.window().is_none();
     if walks_differ && group > 1 && key_tiles <= MAX_GRID[1] { group as u32 } else { 0 }
@@ -838,28 +843,22 @@ fn pair_group(pairs: usize) -> usize {
     (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1)
 }
 
-/// The Hopper forward's tile order (`WgmmaParams::pair_group`) for instance `config`: with a
-/// causal mask (tiles of unequal work), in groups of [`pair_group`] (head, sequence) pairs, each
-/// group's longest tiles first (session 25, NOTES v41): a dynamic persistent instance numbers
-/// its tiles so (1: pair by pair, as before), a one-tile instance runs on the grid `x` = pair
-/// within the group, `y` = query tile, `z` = group — fixed-length batches without a window
-/// (a window's tiles are of equal work but the first), where the group is above 1 and the query
-/// tiles fit the grid's `y`. 0: the usual order.
+/// A one-tile Hopper instance's grid order (`WgmmaParams::pair_group`): with a causal mask (tiles
+/// of unequal work) in groups of [`pair_group`] (head, sequence) pairs, each group's longest
+/// tiles first, on the grid `x` = pair within the group, `y` = query tile, `z` = group (session
+/// 25, NOTES v41) — fixed-length batches without a window (a window's tiles are of equal work
+/// but the first), where the group is above 1 and the query tiles fit the grid's `y`. 0: the
+/// usual grid, and for the persistent instances (the dynamic ones' walk in the same order was
+/// no faster, measured).
 pub(crate) fn forward_pair_group(problem: &Problem, config: &flashattn_kernels::config::WgmmaConfig) -> u32 {
     let group = pair_group(problem.q().heads * problem.batch()) as u32;
     let query_tiles = problem.max_lens().0.div_ceil(config.block_m as usize) as u64;
-    match config.persistent {
-        2 => group,
-        0 if problem.causal()
-            && problem.window().is_none()
-            && problem.varlen().is_none()
-            && group > 1
-            && query_tiles <= MAX_GRID[1] =>
-        {
-            group
-        }
-        _ => 0,
-    }
+    let ordered = config.persistent == 0
+        && problem.causal()
+        && problem.window().is_none()
+        && problem.varlen().is_none()
+        && query_tiles <= MAX_GRID[1];
+    if ordered && group > 1 { group } else { 0 }
 }
 
 /// A one-tile Hopper instance's grid: `grid` (the flash kernels' own), or with
@@ -871,18 +870,26 @@ fn wgmma_one_tile_grid(
 ) -> (u32, u32, u32) {
     match forward_pair_group(problem, config) {
         0 => grid,
-        g if config.persistent == 0 => (g, grid.0, grid.1 * grid.2 / g),
-        _ => grid,
+        g => (g, grid.0, grid.1 * grid.2 / g),
     }
+}
+
+/// [`backward_key_major`] of a backward plan's main kernel (0 for a plan without one).
+pub(crate) fn backward_plan_key_major(plan: &Plan, problem: &Problem) -> u32 {
+    let main = plan.launches.iter().find_map(|l| match l.kernel?.info().family {
+        Family::BwdMma(_, i) => Some(BWD_CONFIGS[i]),
+        _ => None,
+    });
+    main.map_or(0, |c| backward_key_major(problem, &c))
 }
 
 /// The backward main kernel's grid for key tiles of `block_n` keys: key-major in groups
 /// ([`backward_key_major`]: `x` = pair within the group, `y` = key tile, `z` = group) or
 /// head-major (`x` = key tile, `y` = K/V head, `z` = sequence).
-fn backward_key_grid(problem: &Problem, block_n: u32) -> [u64; 3] {
-    let key_tiles = problem.max_lens().1.div_ceil(block_n as usize) as u64;
+fn backward_key_grid(problem: &Problem, config: &BwdConfig) -> [u64; 3] {
+    let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
     let (heads, batch) = (problem.k().heads as u64, problem.batch() as u64);
-    match backward_key_major(problem, block_n as usize) as u64 {
+    match backward_key_major(problem, config) as u64 {
         0 => [key_tiles, heads, batch],
         group => [group, key_tiles, heads * batch / group],
     }
@@ -1687,7 +1694,7 @@ fn backward_plan(
         kernel_on(method, props, Family::BwdDq(e))?,
     );
     let query_grid = flash_grid(method, problem, BWD_BLOCK_M, 1)?;
-    let key_grid = backward_key_grid(problem, tiles.1);
+    let key_grid = backward_key_grid(problem, &config);
     if key_grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
         return Err(unsupported(method, Reason::Grid { grid: key_grid }));
     }
@@ -1730,7 +1737,7 @@ fn backward_plan(
         config.warps,
         tiles.1,
         tiles.0,
-        if backward_key_major(problem, tiles.1 as usize) > 0 {
+        if backward_key_major(problem, &config) > 0 {
             "; key blocks in key-major order, the longest walks started first"
         } else {
             ""

@@ -285,15 +285,13 @@ pub struct WgmmaParams {
     /// A dynamic persistent instance (causal: tiles of unequal work): the device address of a
     /// zeroed 32-bit counter from which the blocks take their next tile; 0 for the others.
     pub tile_counter: u64,
-    /// The order of tiles of unequal work (a causal mask), in groups of `G` (head, sequence)
-    /// pairs (`G` divides their count; a pair is `head + heads·sequence`): each group's longest
-    /// tiles (the last query tiles) of all its pairs first, then its next longest, …, so that
-    /// the shortest tiles end the launch while a group's tiles stay together (its K and V shared
-    /// in the L2). A dynamic persistent instance numbers its tiles so (`G` = 1: each pair's
-    /// tiles, longest first, one pair after the other). A one-tile instance with `G > 0` runs
-    /// on the grid `x` = pair within the group, `y` = query tile from the last, `z` = group; 0:
-    /// the usual grid (`x` = query tile, the last first with a causal mask; `y` = head; `z` =
-    /// sequence).
+    /// A one-tile instance's grid order with a causal mask (tiles of unequal work). `G > 0`: in
+    /// groups of `G` (head, sequence) pairs (`G` divides their count; a pair is `head +
+    /// heads·sequence`), `x` = pair within the group, `y` = query tile from the last, `z` =
+    /// group — the hardware starts blocks `x` first, so each group's longest tiles of all its
+    /// pairs start first and the shortest end the launch, while a group's tiles stay together
+    /// (its K and V shared in the L2). 0: the usual grid (`x` = query tile, the last first with
+    /// a causal mask; `y` = head; `z` = sequence).
     pub pair_group: u32,
 }
 

@@ -587,9 +587,10 @@ fn backward_plans_and_refusals() {
 
 /// The backward's main kernel runs on a key-major grid in groups of (K/V head, sequence) pairs
 /// (x = pair within the group, y = key tile, z = group: each group's first key tiles, the
-/// longest walks, start first) with a causal mask or a window and more than 16 pairs — the group
-/// the largest divisor of the pairs up to 16 — and on the head-major one (x = key tiles, y = K/V
-/// heads, z = sequences) without, with 16 pairs or fewer, or where no divisor above 1 exists.
+/// longest walks, start first) with a causal mask and more than 16 pairs — the group the largest
+/// divisor of the pairs up to 16 — on the plain and ALiBi instances; on the head-major one (x =
+/// key tiles, y = K/V heads, z = sequences) without a causal mask, with 16 pairs or fewer, where
+/// no divisor above 1 exists, and always on the window instances (windows, softcaps).
 #[test]
 fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     use flashattn::{Window, plan_backward};
@@ -597,7 +598,11 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     let main_grid = |batch: usize, kv_heads: usize, opts: &AttentionOptions| {
         let (q, k) = (Layout::bshd(batch, 1000, 4 * kv_heads, 128), Layout::bshd(batch, 1000, kv_heads, 128));
         let layouts = [("d_o", &q), ("dq", &q), ("dk", &k), ("dv", &k)];
-        let p = plan_backward(&h200, DType::BF16, &problem(q, k, opts), opts, layouts).unwrap();
+        let opts = AttentionOptions {
+            alibi_slopes: opts.alibi_slopes.as_ref().map(|_| vec![0.5; 4 * kv_heads]),
+            ..opts.clone()
+        };
+        let p = plan_backward(&h200, DType::BF16, &problem(q, k, &opts), &opts, layouts).unwrap();
         let main = p
             .launches
             .iter()
@@ -607,9 +612,8 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     };
     // 1000 keys in 128-key tiles: 8.
     let causal = AttentionOptions { causal: true, ..Default::default() };
-    let window =
-        AttentionOptions { window: Window { left: Some(256), right: Some(0) }, ..Default::default() };
-    for opts in [&causal, &window] {
+    let alibi = AttentionOptions { alibi_slopes: Some(Vec::new()), ..causal.clone() };
+    for opts in [&causal, &alibi] {
         // 48 pairs: three groups of 16; 34: seventeen of 2 (17 is over 16).
         assert_eq!(main_grid(3, 16, opts), ((16, 8, 3), true), "{opts:?}");
         assert_eq!(main_grid(17, 2, opts), ((2, 8, 17), true), "{opts:?}");
@@ -619,7 +623,13 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
         assert_eq!(main_grid(3, 2, opts), ((8, 2, 3), false), "{opts:?}");
         assert_eq!(main_grid(17, 1, opts), ((8, 1, 17), false), "{opts:?}");
     }
-    assert_eq!(main_grid(3, 2, &AttentionOptions::default()), ((8, 2, 3), false));
+    // No causal mask; the window instances (a window, a softcap).
+    let window =
+        AttentionOptions { window: Window { left: Some(256), right: Some(0) }, ..Default::default() };
+    let softcap = AttentionOptions { softcap: Some(30.0), ..causal.clone() };
+    for opts in [&AttentionOptions::default(), &window, &softcap] {
+        assert_eq!(main_grid(3, 16, opts), ((8, 16, 3), false), "{opts:?}");
+    }
 }
 
 /// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it

@@ -940,7 +940,12 @@ unsafe fn bwd_main<
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
     let (g, t4) = (lane / 4, lane % 4);
-    let (key_tile, kv_h, z) = key_block(bp);
+    // The block's (key tile, K/V head, sequence). The window instances run on the head-major grid
+    // only (host: `backward_key_major`), their indices the special registers as before: read
+    // through `key_block`'s selection, the d = 128 window instance's walk lost 1–3% (session 25,
+    // NOTES b40).
+    let block = || if WIN { (block_x(), block_y(), block_z()) } else { key_block(bp) };
+    let (key_tile, kv_h, z) = block();
     let causal = p.causal != 0;
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
@@ -951,7 +956,7 @@ unsafe fn bwd_main<
     // The block's first key, computed again where the walk and the epilogue use it (from the
     // special registers, not kept in a register through the walk: kept, the d = 128 window
     // instance spilled 8 bytes).
-    let key_start = || key_block(bp).0 * BN as u32;
+    let key_start = || block().0 * BN as u32;
     #[cfg(not(target_feature = "sm_90a"))]
     let chunks = PD as u32 / 8;
     // P and dS tiles: BM rows (queries) of BN keys.
@@ -1025,7 +1030,7 @@ unsafe fn bwd_main<
     // instances' walks start at their own diagonal anyway; the column-group instances have no
     // register for it: with it d = 256's spilled 8 bytes).
     let rotates = !WIN && CG == 1;
-    let rot = if rotates && !causal && bp.locks == 0 { key_block(bp).0 % per_head.max(1) } else { 0 };
+    let rot = if rotates && !causal && bp.locks == 0 { block().0 % per_head.max(1) } else { 0 };
     let step = |it: u32| {
         let t = it % per_head.max(1) + rot;
         let t = if rotates && t >= per_head { t - per_head } else { t };
@@ -1487,7 +1492,7 @@ unsafe fn bwd_main<
             if bp.locks != 0 {
                 if thread_x() == 0 {
                     // SAFETY: the counter of this query tile (host sizing).
-                    while unsafe { global::load_acquire_u32(lock) } != key_block(bp).0 {}
+                    while unsafe { global::load_acquire_u32(lock) } != block().0 {}
                 }
                 sync_threads();
             }
@@ -1540,7 +1545,7 @@ unsafe fn bwd_main<
                 sync_threads();
                 if thread_x() == 0 {
                     // SAFETY: as above.
-                    unsafe { global::store_release_u32(lock, key_block(bp).0 + 1) };
+                    unsafe { global::store_release_u32(lock, block().0 + 1) };
                 }
             }
         }
@@ -1580,7 +1585,7 @@ unsafe fn bwd_main<
         let k0 = key_start() + 64 * kg + 16 * (warp % 4);
         // The sequence's view read again (not kept in registers through the loop: the d = 128
         // window instance spilled 8 bytes holding it).
-        let (_, kv_h, z) = key_block(bp);
+        let (_, kv_h, z) = block();
         // SAFETY: as at the start.
         let seq = unsafe { SeqView::of(p, z) };
         for half in 0..2 {

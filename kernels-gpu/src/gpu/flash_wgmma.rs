@@ -33,9 +33,8 @@
 //! other, its producer loading the next tile's Q (once the consumers arrived on *Q empty* after
 //! their last `Q·Kᵀ`) and K/V while the consumers finish the current tile, the ring and the
 //! ping-pong turns running on across tiles. The static ones (no causal mask) walk tiles
-//! `x, x + grid, …`; the dynamic ones (causal) take each next tile from a launch counter — in
-//! groups of (head, sequence) pairs, each group's longest tiles of all its pairs first
-//! ([`WgmmaParams::pair_group`]) — and hand it to the consumers through a shared-memory slot.
+//! `x, x + grid, …`; the dynamic ones (causal) take each next tile from a launch counter, a
+//! head's longest tiles first, and hand it to the consumers through a shared-memory slot.
 //!
 //! With `partial_o` set (a step of context-parallel attention) each row is merged by
 //! log-sum-exp with the running result of the earlier steps (f32, in the partial rows) and
@@ -43,7 +42,8 @@
 //! ([`WgmmaParams::merge`], [`WgmmaParams::final_rows`]): no combine kernel, one f32 slot.
 //!
 //! Causal grids run the longest rows first (one-tile instances with
-//! [`WgmmaParams::pair_group`]: in groups of pairs, as the dynamic walk). TMA zero-fills rows past the end of the sequence
+//! [`WgmmaParams::pair_group`]: in groups of (head, sequence) pairs, each group's longest tiles
+//! of all its pairs first). TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
 //! partial tiles and padded head dims need no predication on the loads. A variable-length
 //! batch is packed (one map over all tokens, each sequence found through `cu_seqlens`): there a
@@ -308,23 +308,12 @@ unsafe fn flash_fwd_wgmma<
             let param = opaque;
             // (`max(1)`: no division that can fail; the host sets both.)
             let (tiles_m, heads) = (param(p.tiles_m).max(1), param(a.heads_q).max(1));
-            // Tile t's pair and query tile. Dynamic instances (tiles of unequal work): in groups
-            // of `pair_group` pairs, the group's longest tiles of every pair first
-            // (`WgmmaParams::pair_group`). Static ones: pair by pair.
-            let (hz, m_block) = if DYN {
-                let g = param(p.pair_group).max(1);
-                let per_group = (g * tiles_m).max(1);
-                let group = t / per_group;
-                let r = t - group * per_group;
-                let from_last = r / g;
-                (group * g + (r - from_last * g), tiles_m - 1 - from_last)
-            } else {
-                let hz = t / tiles_m;
-                (hz, t - hz * tiles_m)
-            };
+            let hz = t / tiles_m;
             // (Fixed-length batches only, host: `SeqView::of` without its offsets' branch.)
             let (len_q, len_k) = (param(a.seqlen_q), param(a.seqlen_k));
             let seq = SeqView { batch: (hz / heads) as u64, q_start: 0, k_start: 0, len_q, len_k };
+            // (Dynamic instances: a pair's longest tiles first.)
+            let m_block = if DYN { tiles_m - 1 - (t - hz * tiles_m) } else { t - hz * tiles_m };
             let m0 = m_block * BM as u32;
             (hz % heads, seq, m0, key_tiles::<WIN>(p, &seq, m0, BM as u32, BN as u32, causal))
         } else {
