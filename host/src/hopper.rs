@@ -189,8 +189,6 @@ impl Device {
             tiles: if config.persistent != 0 { tiles as u32 } else { 0 },
             tiles_m: tiles_m as u32,
             tile_counter: counter.as_ref().map_or(0, |c| c.device_address()),
-            // The tile order of the plan's grid (a one-tile instance's) or walk (a dynamic one's).
-            pair_group: crate::plan::forward_pair_group(problem, &config),
         };
         // SAFETY: the parameters describe validated layouts whose buffers hold every element
         // the maps address; a kept maps copy is complete and never freed while the cache holds

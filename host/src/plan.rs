@@ -675,7 +675,7 @@ pub(crate) fn one_tile_per_block(
         let kernel = kernel_on(method, props, Family::FlashWgmma(e, t))?;
         launch.kernel = Some(kernel);
         launch.kind = LaunchKind::Kernel(kernel.name());
-        launch.grid = wgmma_one_tile_grid(problem, &b, flash_grid(method, problem, b.block_m, 1)?);
+        launch.grid = flash_grid(method, problem, b.block_m, 1)?;
         launch.threads = b.threads();
         launch.shared_bytes = b.shared_bytes();
         plan.tiles = Some((b.block_m as usize, b.block_n as usize));
@@ -805,73 +805,25 @@ fn tile_error(method: Method, tiles: Tiles, reason: TileError) -> InvalidInput {
 
 /// The backward's main kernel's grid order (`BwdParams::key_major`): 0 head-major, or `G`,
 /// key-major in groups of `G` (K/V head, sequence) pairs. Key-major where the blocks' walks over
-/// the query tiles differ in length — a causal mask (a key tile's walk starts at its diagonal)
-/// or a window (the last key tiles' walks end early) — so that the hardware, which starts
-/// blocks `x` first, starts a group's longest walks first and ends the launch with the
-/// shortest (session 25, NOTES b40). In groups so that the key tiles of one pair start close
-/// together and share its query tiles in the L2 (all the pairs' first key tiles at once would
-/// stream every pair's queries: at B = 16, N = 1024, d = 128 some 130 MB against the 60 MB L2):
-/// `G` is [`pair_group`]'s (16 pairs of 8 key tiles at N = 1024 fill about one wave of 132
-/// blocks). Head-major without a mask or window (equal walks, each head's key blocks together,
-/// their rotated starts spreading the dQ adds), with 16 pairs or fewer or no divisor above 1
-/// (`G` = 1), or where the key tiles exceed the grid's `y` (65535).
+/// the query tiles differ in length — a causal mask: a key tile's walk starts at its diagonal —
+/// so that the hardware, which starts blocks `x` first, starts a group's longest walks first
+/// and ends the launch with the shortest (session 25, NOTES b40: −2.4 to −5.2% time at d = 128,
+/// N = 1024–8192). In groups so that the key tiles of one pair start close together and share
+/// its query tiles in the L2 (all the pairs' first key tiles at once would stream every pair's
+/// queries: at B = 16, N = 1024, d = 128 some 130 MB against the 60 MB L2): `G` is the largest
+/// divisor of the pair count up to 16 (16 pairs of 8 key tiles at N = 1024 fill about one wave
+/// of 132 blocks), and only above 16 pairs — one group of 8–16 pairs lost 2–4% at N = 8192–16384
+/// (d = 256), where the model of the launch's tail predicts nothing to gain. Head-major
+/// otherwise: without a causal mask (equal walks, each head's key blocks together, their rotated
+/// starts spreading the dQ adds), on the window instances (windows, softcaps: reading their
+/// indices through the key-major selection cost their walk 1–3%, and their walks are of equal
+/// length but the last), with no divisor above 1, or where the key tiles exceed the grid's `y`.
 pub(crate) fn backward_key_major(problem: &Problem, config: &BwdConfig) -> u32 {
-    if config.window == 1 {
-        // The window instances: head-major only (the selection of their indices cost their walk
-        // 1–3%, session 25).
-        return 0;
-    }
+    let pairs = problem.k().heads * problem.batch();
+    let group = (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1);
     let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
-    let group = pair_group(problem.k().heads * problem.batch());
-    let walks_differ = problem.causal() || !problem.window().is_none();
-    if walks_differ && group > 1 && key_tiles <= MAX_GRID[1] { group as u32 } else { 0 }
-}
-
-/// Pairs (head, sequence) a group, where blocks of unequal work run in groups of pairs (the
-/// backward's key-major grid, the Hopper forward's causal order): the largest divisor of the
-/// `pairs` up to 16 — 16 pairs of 8 tiles (N = 1024 in 128-row tiles) about one wave of 132
-/// blocks, their K and V (forward) or Q, dO and dQ accumulator (backward) a few MB of the L2 —
-/// where there are more than 16 pairs; else 1 (no groups). Measured (session 25, call 1): the
-/// backward in key-major order gained 2–6% with a causal mask from 32 pairs (d = 128 at N ≤
-/// 8192, B·N = 16384, H = 16), where the model of its tail predicts it, and lost 2–4% with one
-/// group of 8–16 pairs at N = 8192–16384 (d = 256 causal; windows at d = 128), where the model
-/// predicts nothing to gain.
-fn pair_group(pairs: usize) -> usize {
-    if pairs <= 16 {
-        return 1;
-    }
-    (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1)
-}
-
-/// A one-tile Hopper instance's grid order (`WgmmaParams::pair_group`): with a causal mask (tiles
-/// of unequal work) in groups of [`pair_group`] (head, sequence) pairs, each group's longest
-/// tiles first, on the grid `x` = pair within the group, `y` = query tile, `z` = group (session
-/// 25, NOTES v41) — fixed-length batches without a window (a window's tiles are of equal work
-/// but the first), where the group is above 1 and the query tiles fit the grid's `y`. 0: the
-/// usual grid, and for the persistent instances (the dynamic ones' walk in the same order was
-/// no faster, measured).
-pub(crate) fn forward_pair_group(problem: &Problem, config: &flashattn_kernels::config::WgmmaConfig) -> u32 {
-    let group = pair_group(problem.q().heads * problem.batch()) as u32;
-    let query_tiles = problem.max_lens().0.div_ceil(config.block_m as usize) as u64;
-    let ordered = config.persistent == 0
-        && problem.causal()
-        && problem.window().is_none()
-        && problem.varlen().is_none()
-        && query_tiles <= MAX_GRID[1];
-    if ordered && group > 1 { group } else { 0 }
-}
-
-/// A one-tile Hopper instance's grid: `grid` (the flash kernels' own), or with
-/// [`forward_pair_group`] `G` the grid `(G, query tiles, pairs / G)`.
-fn wgmma_one_tile_grid(
-    problem: &Problem,
-    config: &flashattn_kernels::config::WgmmaConfig,
-    grid: (u32, u32, u32),
-) -> (u32, u32, u32) {
-    match forward_pair_group(problem, config) {
-        0 => grid,
-        g => (g, grid.0, grid.1 * grid.2 / g),
-    }
+    let ordered = problem.causal() && config.window != 1 && pairs > 16 && key_tiles <= MAX_GRID[1];
+    if ordered && group > 1 { group as u32 } else { 0 }
 }
 
 /// [`backward_key_major`] of a backward plan's main kernel (0 for a plan without one).
@@ -1331,17 +1283,6 @@ fn plan_wgmma(
             "{WIDE_KEYS_WHY} from {from} queries a sequence{}: 112-key tiles, one query tile a block (the fixed \
              costs of a key tile spread over more keys; at fewer queries the 64-key persistent grid is faster)",
             if problem.causal() { " with a causal mask" } else { " without a mask" }
-        ));
-    }
-    if config.persistent == 0 {
-        if let Some(launch) = plan.launches.first_mut() {
-            launch.grid = wgmma_one_tile_grid(problem, &config, launch.grid);
-        }
-    }
-    if forward_pair_group(problem, &config) > 1 {
-        plan.why.push(format!(
-            "causal order: the query tiles of {} (head, sequence) pairs at a time, their longest tiles first",
-            forward_pair_group(problem, &config)
         ));
     }
     if config.persistent != 0 {

@@ -285,14 +285,6 @@ pub struct WgmmaParams {
     /// A dynamic persistent instance (causal: tiles of unequal work): the device address of a
     /// zeroed 32-bit counter from which the blocks take their next tile; 0 for the others.
     pub tile_counter: u64,
-    /// A one-tile instance's grid order with a causal mask (tiles of unequal work). `G > 0`: in
-    /// groups of `G` (head, sequence) pairs (`G` divides their count; a pair is `head +
-    /// heads·sequence`), `x` = pair within the group, `y` = query tile from the last, `z` =
-    /// group — the hardware starts blocks `x` first, so each group's longest tiles of all its
-    /// pairs start first and the shortest end the launch, while a group's tiles stay together
-    /// (its K and V shared in the L2). 0: the usual grid (`x` = query tile, the last first with
-    /// a causal mask; `y` = head; `z` = sequence).
-    pub pair_group: u32,
 }
 
 /// Bytes of one TMA tensor map (`CUtensorMap`).

@@ -81,10 +81,8 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         s.values = Values::LargeLogits;
         specs.push(s);
     }
-    // Causal one-tile grids in groups of (head, sequence) pairs (more than 16 pairs: x = pair in
-    // the group, y = query tile from the last, z = group): 24 pairs in groups of 12 with GQA and
-    // partial tiles, 34 in groups of 2 with Nq > Nk (rows that see no key), a masked instance
-    // (softcap) on 20 pairs.
+    // Causal one-tile grids over many (head, sequence) pairs: 24 with GQA and partial tiles, 34
+    // with Nq > Nk (rows that see no key), a masked instance (softcap) on 20.
     specs.push(spec(batch(3, 300, 300), 8, 2, 256, true, Bshd));
     specs.push(spec(batch(17, 150, 90), 2, 1, 192, true, Bhsd));
     let mut capped = spec(batch(2, 200, 260), 10, 5, 128, true, Bshd);

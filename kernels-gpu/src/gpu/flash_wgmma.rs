@@ -41,9 +41,7 @@
 //! written back there, or, at the row's last contribution, to O and the log-sum-exp
 //! ([`WgmmaParams::merge`], [`WgmmaParams::final_rows`]): no combine kernel, one f32 slot.
 //!
-//! Causal grids run the longest rows first (one-tile instances with
-//! [`WgmmaParams::pair_group`]: in groups of (head, sequence) pairs, each group's longest tiles
-//! of all its pairs first). TMA zero-fills rows past the end of the sequence
+//! Causal grids run the longest rows first. TMA zero-fills rows past the end of the sequence
 //! (fixed-length batches: the map's seqlen dimension) and columns past the head dim, so
 //! partial tiles and padded head dims need no predication on the loads. A variable-length
 //! batch is packed (one map over all tokens, each sequence found through `cu_seqlens`): there a
@@ -277,18 +275,10 @@ unsafe fn flash_fwd_wgmma<
         unsafe { core::arch::nvptx::trap() }
     }
     let tid = thread_x();
+    let (h, z) = (block_y(), block_z());
     // (Persistent instances: the static ones without a causal mask, the dynamic ones with one.)
     let causal = if PERSIST { DYN } else { a.causal != 0 };
-    // One-tile instances: the grid's tile (`WgmmaParams::pair_group`: in groups of pairs, each
-    // group's last query tiles first; else the last tiles first with a causal mask).
-    let (m_block, h, z) = if !PERSIST && p.pair_group != 0 {
-        // (`max(1)`: no division that can fail; the host sets it.)
-        let pair = block_z() * p.pair_group + block_x();
-        let heads = a.heads_q.max(1);
-        (p.tiles_m - 1 - block_y(), pair % heads, pair / heads)
-    } else {
-        (if causal { grid_dim_x() - 1 - block_x() } else { block_x() }, block_y(), block_z())
-    };
+    let m_block = if causal { grid_dim_x() - 1 - block_x() } else { block_x() };
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(a, z) };
     let m0 = m_block * BM as u32;
