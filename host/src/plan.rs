@@ -835,13 +835,13 @@ pub(crate) fn backward_plan_key_major(plan: &Plan, problem: &Problem) -> u32 {
     main.map_or(0, |c| backward_key_major(problem, &c))
 }
 
-/// The backward main kernel's grid for key tiles of `block_n` keys: key-major in groups
-/// ([`backward_key_major`]: `x` = pair within the group, `y` = key tile, `z` = group) or
+/// The backward main kernel's grid for `config`'s key tiles: key-major in groups of `key_major`
+/// pairs ([`backward_key_major`]: `x` = pair within the group, `y` = key tile, `z` = group) or
 /// head-major (`x` = key tile, `y` = K/V head, `z` = sequence).
-fn backward_key_grid(problem: &Problem, config: &BwdConfig) -> [u64; 3] {
+fn backward_key_grid(problem: &Problem, config: &BwdConfig, key_major: u32) -> [u64; 3] {
     let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
     let (heads, batch) = (problem.k().heads as u64, problem.batch() as u64);
-    match backward_key_major(problem, config) as u64 {
+    match key_major as u64 {
         0 => [key_tiles, heads, batch],
         group => [group, key_tiles, heads * batch / group],
     }
@@ -1635,7 +1635,8 @@ fn backward_plan(
         kernel_on(method, props, Family::BwdDq(e))?,
     );
     let query_grid = flash_grid(method, problem, BWD_BLOCK_M, 1)?;
-    let key_grid = backward_key_grid(problem, &config);
+    let key_major = backward_key_major(problem, &config);
+    let key_grid = backward_key_grid(problem, &config, key_major);
     if key_grid.iter().zip(MAX_GRID).any(|(&g, max)| g > max) {
         return Err(unsupported(method, Reason::Grid { grid: key_grid }));
     }
@@ -1678,11 +1679,7 @@ fn backward_plan(
         config.warps,
         tiles.1,
         tiles.0,
-        if backward_key_major(problem, &config) > 0 {
-            "; key blocks in key-major order, the longest walks started first"
-        } else {
-            ""
-        },
+        if key_major > 0 { "; key blocks in key-major order, the longest walks started first" } else { "" },
         if opts.deterministic {
             "the key tiles taking turns per query tile (deterministic)"
         } else {

@@ -210,11 +210,12 @@ pub struct BwdParams {
     /// sequence. `G > 0`: key-major in groups of `G` (K/V head, sequence) pairs (`G` divides
     /// their count), `x` = pair within the group, `y` = key tile, `z` = group; a pair is
     /// `K/V head + kv_heads·sequence`. The hardware starts blocks `x` first, then `y`, then `z`:
-    /// so each group's first key tiles start before any of its later ones — with a causal mask or
-    /// a window the longest walks first and the shortest last — while a group's blocks stay
-    /// together (their query tiles shared in the L2).
+    /// so each group's first key tiles start before any of its later ones — with a causal mask
+    /// the longest walks first and the shortest last — while a group's blocks stay together
+    /// (their query tiles shared in the L2). The host's rule: `backward_key_major` (causal, more
+    /// than 16 pairs, not the window instances).
     pub key_major: u32,
-    /// K/V heads (with `key_major`).
+    /// K/V heads (with `key_major`; passed so that the kernel need not divide `heads_q` by `group`).
     pub kv_heads: u32,
     /// Deterministic mode: one u32 turn counter per (sequence, query head, query tile), at
     /// `(z·heads_q + h)·q_tiles + tile`, zeroed by the preprocessing kernel; the main kernel's
