@@ -176,7 +176,8 @@ pub struct AppendParams {
 /// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
 /// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences, or with
 /// [`BwdParams::key_major`] `x` = (K/V head, sequence) pairs of a group, `y` = key tiles, `z` =
-/// groups.
+/// groups; the window instances' (`BwdConfig::window == 1`) always `x` = K/V heads, `y` = key
+/// tiles, `z` = sequences.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {

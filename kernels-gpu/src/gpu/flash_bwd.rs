@@ -940,11 +940,12 @@ unsafe fn bwd_main<
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
     let (g, t4) = (lane / 4, lane % 4);
-    // The block's (key tile, K/V head, sequence). The window instances run on the head-major grid
-    // only (host: `backward_key_major`), their indices the special registers as before: read
-    // through `key_block`'s selection, the d = 128 window instance's walk lost 1–3% (session 25,
-    // NOTES b40).
-    let block = || if WIN { (block_x(), block_y(), block_z()) } else { key_block(bp) };
+    // The block's (key tile, K/V head, sequence). The window instances run on a grid of their
+    // own, `x` = K/V head, `y` = key tile, `z` = sequence (host: `backward_key_grid`; a window's
+    // walks are of equal length but the last few of each head, which so end the launch), their
+    // indices read straight from the special registers: read through `key_block`'s selection,
+    // the d = 128 window instance's walk lost 1–3% (session 25, NOTES b40).
+    let block = || if WIN { (block_y(), block_x(), block_z()) } else { key_block(bp) };
     let (key_tile, kv_h, z) = block();
     let causal = p.causal != 0;
     // SAFETY: offsets valid for every z of the grid (host).
