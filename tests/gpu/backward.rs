@@ -266,6 +266,19 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
+    // Windows over many key tiles (first-visit flags: each query tile's lowest key tile stores,
+    // up to six others wait for its flag, then add): causal (600, 0) with GQA at d = 128, a
+    // two-sided (300, 200) window without the mask at d = 64, Nq ≠ Nk.
+    if !small() {
+        for (win, d, causal, seqs) in [
+            (w(Some(600), Some(0)), 128, true, batch(2, 2000, 2000)),
+            (w(Some(300), Some(200)), 64, false, batch(1, 1500, 1800)),
+        ] {
+            let mut s = spec(seqs, 4, 2, d.min(max_head_dim()), causal, Bshd);
+            s.window = win;
+            specs.push(s);
+        }
+    }
     // Score modifiers (the masked instances): softcap alone (a tight 2 with raw scores in the
     // tens: every score bent), ALiBi alone, both, both with a window; GQA, Nq ≠ Nk, varlen.
     let none = flashattn::Window::default();
@@ -312,7 +325,7 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     // mask, plain and ALiBi instances: x = pair in the group, y = key tile, z = group): plain
     // causal with GQA (24 pairs in groups of 12) at d = 64, 128 and 256, ALiBi alone (its
     // instance), and a variable-length batch with an empty sequence (20 pairs in groups of 10);
-    // beside them a window on 34 pairs (the window instances stay head-major).
+    // beside them a window on 34 pairs (the window instances' own grid: heads first).
     for d in [64, 128, 256].into_iter().filter(|&d| d <= max_head_dim()) {
         specs.push(spec(batch(3, 200, 300), 16, 8, d, true, Bshd));
     }
