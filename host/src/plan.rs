@@ -837,17 +837,11 @@ pub(crate) fn backward_plan_key_major(plan: &Plan, problem: &Problem) -> u32 {
 
 /// The backward main kernel's grid for `config`'s key tiles: key-major in groups of `key_major`
 /// pairs ([`backward_key_major`]: `x` = pair within the group, `y` = key tile, `z` = group) or
-/// head-major (`x` = key tile, `y` = K/V head, `z` = sequence). The window instances
-/// (`config.window == 1`: windows, softcaps) have a grid of their own, `x` = K/V head, `y` =
-/// key tile, `z` = sequence, read without a selection (the kernel's `block`): within a sequence
-/// every head's first key tiles start first, so that the short walks — a window's last few key
-/// tiles, or with a causal mask the later ones — end the launch (NOTES b42). Not the
-/// column-group window instance (d = 256: it spilled with that grid), head-major.
+/// head-major (`x` = key tile, `y` = K/V head, `z` = sequence).
 fn backward_key_grid(problem: &Problem, config: &BwdConfig, key_major: u32) -> [u64; 3] {
     let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
     let (heads, batch) = (problem.k().heads as u64, problem.batch() as u64);
     match key_major as u64 {
-        _ if config.window == 1 && config.col_groups() == 1 => [heads, key_tiles, batch],
         0 => [key_tiles, heads, batch],
         group => [group, key_tiles, heads * batch / group],
     }
@@ -1685,11 +1679,7 @@ fn backward_plan(
         config.warps,
         tiles.1,
         tiles.0,
-        if key_major > 0 || (config.window == 1 && config.col_groups() == 1) {
-            "; key blocks in key-major order, the longest walks started first"
-        } else {
-            ""
-        },
+        if key_major > 0 { "; key blocks in key-major order, the longest walks started first" } else { "" },
         if opts.deterministic {
             "the key tiles taking turns per query tile (deterministic)"
         } else {
@@ -1802,8 +1792,8 @@ pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> 
 /// Whether the backward's window instance takes first-visit flags (`BwdParams::dq_flags`): a
 /// window bounded on both sides (a causal mask bounds the right), outside deterministic mode.
 /// Then the preprocessing kernel no longer zeroes the f32 dQ accumulator (only its rows without
-/// keys): each query tile's first visitor — its lowest key tile, started first on the window
-/// grid and walking its query tiles from the last — stores its share and flags the tile, the
+/// keys): each query tile's first visitor — its lowest key tile, started first on the
+/// head-major grid and walking its query tiles from the last — stores its share and flags the tile, the
 /// others wait for the flag before they add (NOTES b43). Not where walks are unbounded (a
 /// softcap alone, a one-sided window): every key tile would visit the tiles at the same step
 /// as the first one and wait on it; not on the column-group instance (d = 256, which spilled

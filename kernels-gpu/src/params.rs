@@ -176,8 +176,7 @@ pub struct AppendParams {
 /// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
 /// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences, or with
 /// [`BwdParams::key_major`] `x` = (K/V head, sequence) pairs of a group, `y` = key tiles, `z` =
-/// groups; the window instances' (`BwdConfig::window == 1`) but the column-group one (d = 256,
-/// head-major) always `x` = K/V heads, `y` = key tiles, `z` = sequences.
+/// groups (never the window instances).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {
@@ -242,8 +241,8 @@ pub struct BwdParams {
     /// mode), or 0: one u32 per (sequence, query head, query tile), at `locks`' index, zeroed
     /// by the preprocessing kernel, which then zeroes only the accumulator rows that see no
     /// key. A query tile's first visitor — the lowest key tile that visits it, which on the
-    /// window grid (heads first, key tiles ascending) starts before the others and, walking its
-    /// query tiles from the last, reaches it first — stores its dQ share instead of adding it,
+    /// head-major grid (key tiles ascending) starts before the others and, walking its query
+    /// tiles from the last, reaches it first — stores its dQ share instead of adding it,
     /// then sets the flag (release); the others wait for the flag (acquire) before they add.
     /// So the accumulator is never zeroed in memory (NOTES b43).
     pub dq_flags: u64,

@@ -325,7 +325,7 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     // mask, plain and ALiBi instances: x = pair in the group, y = key tile, z = group): plain
     // causal with GQA (24 pairs in groups of 12) at d = 64, 128 and 256, ALiBi alone (its
     // instance), and a variable-length batch with an empty sequence (20 pairs in groups of 10);
-    // beside them a window on 34 pairs (the window instances' own grid: heads first).
+    // beside them a window on 34 pairs (the window instances stay head-major).
     for d in [64, 128, 256].into_iter().filter(|&d| d <= max_head_dim()) {
         specs.push(spec(batch(3, 200, 300), 16, 8, d, true, Bshd));
     }

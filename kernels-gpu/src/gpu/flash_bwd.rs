@@ -958,21 +958,12 @@ unsafe fn bwd_main<
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
     let (g, t4) = (lane / 4, lane % 4);
-    // The block's (key tile, K/V head, sequence). The window instances run on a grid of their
-    // own, `x` = K/V head, `y` = key tile, `z` = sequence (host: `backward_key_grid`; a window's
-    // walks are of equal length but the last few of each head, which so end the launch), their
-    // indices read straight from the special registers: read through `key_block`'s selection,
-    // the d = 128 window instance's walk lost 1–3% (session 25, NOTES b40). The column-group
-    // window instance (d = 256) keeps the head-major grid: with the other it spilled 8 bytes.
-    let block = || {
-        if WIN && CG == 1 {
-            (block_y(), block_x(), block_z())
-        } else if WIN {
-            (block_x(), block_y(), block_z())
-        } else {
-            key_block(bp)
-        }
-    };
+    // The block's (key tile, K/V head, sequence). The window instances run on the head-major
+    // grid only (host: `backward_key_major`), their indices the special registers as before:
+    // read through `key_block`'s selection, the d = 128 window instance's walk lost 1–3%
+    // (session 25, NOTES b40); on a heads-first grid of their own, +4.6 to +7.5% (the heads'
+    // query tiles no longer shared in the L2, session 26, NOTES b42).
+    let block = || if WIN { (block_x(), block_y(), block_z()) } else { key_block(bp) };
     let (key_tile, kv_h, z) = block();
     let causal = p.causal != 0;
     // SAFETY: offsets valid for every z of the grid (host).
@@ -1059,10 +1050,13 @@ unsafe fn bwd_main<
     // register for it: with it d = 256's spilled 8 bytes).
     let rotates = !WIN && CG == 1;
     let rot = if rotates && !causal && bp.locks == 0 { block().0 % per_head.max(1) } else { 0 };
-    // The window instances walk each head's tiles from the last: a query tile's lowest key
-    // tile — started first on their grid — then visits it before the others (first-visit flags,
-    // [`BwdParams::dq_flags`]; in deterministic mode its turn comes first too). Not the
-    // column-group instance (d = 256: it spilled 12 bytes with the reversed walk).
+    // The window instance walks each head's tiles from the last: a query tile's lowest key tile
+    // — started first on the head-major grid — then visits it before the others (first-visit
+    // flags, [`BwdParams::dq_flags`]; in deterministic mode its turn comes first too). Also
+    // without flags: chosen per flag, the d = 128 instance spilled 16 bytes. (Not the
+    // column-group instance, d = 256: with the flags it spilled 36 bytes, with the reversed walk
+    // 12; the host never passes flags there.)
+    let first_store = WIN && WGMMA && CG == 1 && bp.dq_flags != 0;
     let step = |it: u32| {
         let t = it % per_head.max(1) + rot;
         let t = if rotates && t >= per_head { t - per_head } else { t };
@@ -1072,9 +1066,6 @@ unsafe fn bwd_main<
     // With first-visit flags: whether this key tile is the first to visit the query tile at
     // row `m0` — the key tile before it (if any) visits none from there (the tiles a key tile
     // visits are an interval, both ends nondecreasing with the key tile).
-    // (Not the column-group instance, d = 256: with them it spilled 36 bytes; the host never
-    // passes flags there.)
-    let first_store = WIN && WGMMA && CG == 1 && bp.dq_flags != 0;
     let first_visit = |m0: u32| {
         let n0 = key_start();
         let before = |n: u32| {
