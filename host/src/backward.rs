@@ -214,12 +214,6 @@ impl Device {
             o_lo: io.residuals.map_or(0, |r| r.1),
             o_strides: strides(problem.o()),
             maps: maps.as_ref().map_or(0, |m| m.device_address()),
-            // In the turn counters' place (never both).
-            dq_flags: if crate::plan::backward_plan_first_visit(plan, problem, deterministic) {
-                scratch.device_address() + acc_bytes + 16 * rows
-            } else {
-                0
-            },
         };
         // SAFETY: `params` is the backward kernels' parameter struct, built from validated
         // layouts whose buffers hold every addressed element, with scratch sized for the

@@ -1714,13 +1714,6 @@ fn backward_plan(
             why.push(format!("masked instance: {what}"));
         }
     }
-    if wgmma && backward_first_visit(problem, &config, opts.deterministic) {
-        why.push(
-            "dQ accumulator never zeroed: each query tile's first key tile (walks from the last query tile) \
-             stores its share and flags the tile; the others wait for the flag, then add"
-                .into(),
-        );
-    }
     if residual_prep.is_some() {
         why.push(
             "from the training forward's residuals: D = dO·(O + O_lo) on tensor cores and the forward's own \
@@ -1778,39 +1771,11 @@ fn masked_features(problem: &Problem) -> Option<(Reason, String)> {
 }
 
 /// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row),
-/// four f32 statistics per row (one 16-byte row), and in deterministic mode a u32 turn counter
-/// per query tile ([`backward_locks`]), or in their place a u32 first-visit flag per query tile
-/// ([`backward_first_visit`]).
+/// four f32 statistics per row (one 16-byte row), and in deterministic mode a u32 turn counter per query tile
+/// ([`backward_locks`]).
 pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> u64 {
-    // (The flags' rule without the instance: their space wherever they may be used.)
-    let w = problem.window();
-    let bounded = w.left.is_some() && (problem.causal() || w.right.is_some());
-    let locks = if deterministic || bounded { 4 * backward_locks(problem) } else { 0 };
+    let locks = if deterministic { 4 * backward_locks(problem) } else { 0 };
     4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 4) + locks
-}
-
-/// Whether the backward's window instance takes first-visit flags (`BwdParams::dq_flags`): a
-/// window bounded on both sides (a causal mask bounds the right), outside deterministic mode.
-/// Then the preprocessing kernel no longer zeroes the f32 dQ accumulator (only its rows without
-/// keys): each query tile's first visitor — its lowest key tile, started first on the
-/// head-major grid and walking its query tiles from the last — stores its share and flags the tile, the
-/// others wait for the flag before they add (NOTES b43). Not where walks are unbounded (a
-/// softcap alone, a one-sided window): every key tile would visit the tiles at the same step
-/// as the first one and wait on it; not on the column-group instance (d = 256, which spilled
-/// with them). The kernels use the flags on sm_90a only (the sm_80 PTX ignores them, zeroing
-/// the accumulator as before).
-pub(crate) fn backward_first_visit(problem: &Problem, config: &BwdConfig, deterministic: bool) -> bool {
-    let w = problem.window();
-    let bounded = w.left.is_some() && (problem.causal() || w.right.is_some());
-    !deterministic && bounded && config.window == 1 && config.col_groups() == 1
-}
-
-/// [`backward_first_visit`] of a backward plan's main kernel (false for a plan without one).
-pub(crate) fn backward_plan_first_visit(plan: &Plan, problem: &Problem, deterministic: bool) -> bool {
-    plan.launches.iter().any(|l| match l.kernel.map(|k| k.info().family) {
-        Some(Family::BwdMma(_, i)) => backward_first_visit(problem, &BWD_CONFIGS[i], deterministic),
-        _ => false,
-    })
 }
 
 /// Turn counters of the deterministic backward: one per (sequence, query head, query tile of

@@ -176,7 +176,7 @@ pub struct AppendParams {
 /// Grids: preprocessing and dQ conversion as the forward (`x` = query tiles, `y` = query heads,
 /// `z` = sequences); the main kernel `x` = key tiles, `y` = K/V heads, `z` = sequences, or with
 /// [`BwdParams::key_major`] `x` = (K/V head, sequence) pairs of a group, `y` = key tiles, `z` =
-/// groups (never the window instances).
+/// groups.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {
@@ -237,15 +237,6 @@ pub struct BwdParams {
     /// which the main kernel copies its query tiles; 0: by `cp.async` (the sm_80 PTX, and layouts
     /// TMA cannot describe).
     pub maps: u64,
-    /// The window instances' first-visit flags (sm_90a, bounded windows, outside deterministic
-    /// mode), or 0: one u32 per (sequence, query head, query tile), at `locks`' index, zeroed
-    /// by the preprocessing kernel, which then zeroes only the accumulator rows that see no
-    /// key. A query tile's first visitor — the lowest key tile that visits it, which on the
-    /// head-major grid (key tiles ascending) starts before the others and, walking its query
-    /// tiles from the last, reaches it first — stores its dQ share instead of adding it,
-    /// then sets the flag (release); the others wait for the flag (acquire) before they add.
-    /// So the accumulator is never zeroed in memory (NOTES b43).
-    pub dq_flags: u64,
 }
 
 /// Parameters of the Hopper forward kernel: the forward's struct, and the device address of

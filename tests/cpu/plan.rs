@@ -632,35 +632,6 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
     }
 }
 
-/// The window instance's first-visit flags (the dQ accumulator never zeroed): on sm_90a, for a
-/// window bounded on both sides (a causal mask bounds the right), outside deterministic mode;
-/// the plan says so. Not for a softcap alone or a one-sided window (unbounded walks), not in
-/// deterministic mode, not on sm_80, not on d = 256's column-group instance.
-#[test]
-fn backward_first_visit_flags_where_windows_bound_the_walks() {
-    use flashattn::{Window, plan_backward};
-    let says_d = |props: &DeviceProps, opts: &AttentionOptions, d: usize| {
-        let l = Layout::bshd(2, 1000, 4, d);
-        let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
-        let p = plan_backward(props, DType::BF16, &problem(l, l, opts), opts, layouts).unwrap();
-        p.why.iter().any(|w| w.contains("first key tile"))
-    };
-    let says = |props: &DeviceProps, opts: &AttentionOptions| says_d(props, opts, 128);
-    let (h200, a100) = (DeviceProps::h200(), DeviceProps::a100());
-    let window = |left, right| AttentionOptions { window: Window { left, right }, ..Default::default() };
-    let causal_window = AttentionOptions { causal: true, ..window(Some(256), None) };
-    assert!(says(&h200, &causal_window));
-    assert!(says_d(&h200, &causal_window, 64));
-    // (d = 256's column-group instance: not with them.)
-    assert!(!says_d(&h200, &causal_window, 256));
-    assert!(says(&h200, &window(Some(256), Some(3))));
-    assert!(!says(&a100, &causal_window));
-    assert!(!says(&h200, &AttentionOptions { deterministic: true, ..causal_window.clone() }));
-    assert!(!says(&h200, &window(Some(256), None)));
-    assert!(!says(&h200, &window(None, Some(3))));
-    assert!(!says(&h200, &AttentionOptions { softcap: Some(30.0), causal: true, ..Default::default() }));
-}
-
 /// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it
 /// computes the window instance's padded head dim (d = 128: the plain instance's walk and
 /// staged dQ adds); a window or a softcap beside it, a head dim whose window instance is

@@ -266,9 +266,9 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
             }
         }
     }
-    // Windows over many key tiles (first-visit flags: each query tile's lowest key tile stores,
-    // up to six others wait for its flag, then add): causal (600, 0) with GQA at d = 128, a
-    // two-sided (300, 200) window without the mask at d = 64, Nq ≠ Nk.
+    // Windows over many key tiles (each query tile's dQ gathered from up to seven key tiles):
+    // causal (600, 0) with GQA at d = 128, a two-sided (300, 200) window without the mask at
+    // d = 64, Nq ≠ Nk.
     if !small() {
         for (win, d, causal, seqs) in [
             (w(Some(600), Some(0)), 128, true, batch(2, 2000, 2000)),

@@ -292,22 +292,14 @@ unsafe fn bwd_prep<
         // SAFETY: one counter per block of this grid (host sizing).
         unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), first) };
     }
-    if WIN && WGMMA && D <= 128 && bp.dq_flags != 0 && thread_x() == 0 {
-        // The query tile's first-visit flag: not yet visited.
-        // SAFETY: one flag per block of this grid (host sizing).
-        unsafe { global::store_u32(bp.dq_flags + 4 * lock_index(bp, z, h, block_x()), 0) };
-    }
     if m0 >= seq.len_q {
         return;
     }
-    // (With first-visit flags only the rows without keys are zeroed: never at d = 256, the
-    // column-group instances', whose preprocessing spilled with the test.)
-    let flags = WIN && WGMMA && D <= 128 && bp.dq_flags != 0;
     // (The residual entries, `RES`: a training forward's residuals give D from O, without the
     // pass over the keys, unless a row of the tile needs that pass.)
     #[cfg(target_feature = "sm_90a")]
     // SAFETY: forwarded contract (the residual buffers are sized and laid out by the host).
-    if RES && bp.residual_rows != 0 && unsafe { prep_from_residuals::<E, D, PD>(bp, &seq, h, m0, flags) } {
+    if RES && bp.residual_rows != 0 && unsafe { prep_from_residuals::<E, D, PD>(bp, &seq, h, m0) } {
         return;
     }
     let kv_h = h / p.group.max(1);
@@ -351,7 +343,7 @@ unsafe fn bwd_prep<
     }
     cp_async::commit();
 
-    zero_dq_rows(bp, &seq, h, m0, row_end, tid, flags);
+    zero_dq_rows(bp, &seq, h, m0, row_end, tid);
 
     // This lane's rows g and g+8 of its warp's slab: log-sum-exp and key limit (rows past the
     // end see no key).
@@ -520,28 +512,19 @@ unsafe fn bwd_prep<
 }
 
 /// Zeroes rows `m0..row_end` of head `h`'s dQ accumulator (16-byte stores; rows of d = 8k
-/// floats), by the [`PT`] threads of a preprocessing block (`tid` this one). With `flags` (the
-/// window instances' first-visit flags, [`BwdParams::dq_flags`]) only the rows that see no key: the others' first visitor
-/// stores its share instead of adding it (a row without keys may lie in a tile no key tile
-/// visits).
+/// floats), by the [`PT`] threads of a preprocessing block (`tid` this one).
 #[inline(always)]
-fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, tid: u32, flags: bool) {
+fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, tid: u32) {
     let p = &bp.attn;
     let d = p.head_dim;
     // (`max(1)`: the host never passes d = 0, and the compiler then needs no division panic.)
     let quads = (d / 4).max(1);
-    let keyless = |row: u32| {
-        let begin = mask::row_key_begin(row, seq.len_q, seq.len_k, p.window_left);
-        begin >= mask::row_key_end(row, seq.len_q, seq.len_k, p.causal != 0, p.window_right)
-    };
     let mut i = tid;
     while i < (row_end - m0) * quads {
         let (r, c) = (i / quads, i % quads);
-        if !flags || keyless(m0 + r) {
-            let at = seq.lse_index(p, h, m0 + r) * d as u64 + 4 * c as u64;
-            // SAFETY: row `r` of the accumulator (host sizing), 16-byte aligned.
-            unsafe { global::store_u32x4(bp.dq_acc + 4 * at, [0; 4]) };
-        }
+        let at = seq.lse_index(p, h, m0 + r) * d as u64 + 4 * c as u64;
+        // SAFETY: row `r` of the accumulator (host sizing), 16-byte aligned.
+        unsafe { global::store_u32x4(bp.dq_acc + 4 * at, [0; 4]) };
         i += PT as u32;
     }
 }
@@ -556,7 +539,7 @@ fn zero_dq_rows(bp: &BwdParams, seq: &SeqView, h: u32, m0: u32, row_end: u32, ti
 /// `O_lo = 0`), `D` is that key's `dP` bit for bit and its `dS = P·(dP − D)` exactly 0, as in
 /// standard attention; elsewhere `O + O_lo` is O in f32 to about twice the storage precision,
 /// the accuracy of the pass over the keys. Also zeroes the rows' dQ accumulator, as that pass
-/// does (with `flags`, as [`zero_dq_rows`]). Returns false, having written nothing, when a row of the tile has a flagged offset
+/// does. Returns false, having written nothing, when a row of the tile has a flagged offset
 /// (NaN: `|max·scale_log2|` too large for one FMA), for the pass over the keys to run.
 ///
 /// # Safety
@@ -568,7 +551,6 @@ unsafe fn prep_from_residuals<E: WgmmaElement, const D: usize, const PD: usize>(
     seq: &SeqView,
     h: u32,
     m0: u32,
-    flags: bool,
 ) -> bool {
     let p = &bp.attn;
     let tid = thread_x();
@@ -608,7 +590,7 @@ unsafe fn prep_from_residuals<E: WgmmaElement, const D: usize, const PD: usize>(
         );
     }
     cp_async::commit();
-    zero_dq_rows(bp, seq, h, m0, (m0 + BM as u32).min(seq.len_q), tid, flags);
+    zero_dq_rows(bp, seq, h, m0, (m0 + BM as u32).min(seq.len_q), tid);
     cp_async::wait::<0>();
     wgmma::fence_proxy_async_shared();
     sync_threads();
@@ -958,11 +940,10 @@ unsafe fn bwd_main<
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
     let (g, t4) = (lane / 4, lane % 4);
-    // The block's (key tile, K/V head, sequence). The window instances run on the head-major
-    // grid only (host: `backward_key_major`), their indices the special registers as before:
-    // read through `key_block`'s selection, the d = 128 window instance's walk lost 1–3%
-    // (session 25, NOTES b40); on a heads-first grid of their own, +4.6 to +7.5% (the heads'
-    // query tiles no longer shared in the L2, session 26, NOTES b42).
+    // The block's (key tile, K/V head, sequence). The window instances run on the head-major grid
+    // only (host: `backward_key_major`), their indices the special registers as before: read
+    // through `key_block`'s selection, the d = 128 window instance's walk lost 1–3% (session 25,
+    // NOTES b40).
     let block = || if WIN { (block_x(), block_y(), block_z()) } else { key_block(bp) };
     let (key_tile, kv_h, z) = block();
     let causal = p.causal != 0;
@@ -1050,38 +1031,10 @@ unsafe fn bwd_main<
     // register for it: with it d = 256's spilled 8 bytes).
     let rotates = !WIN && CG == 1;
     let rot = if rotates && !causal && bp.locks == 0 { block().0 % per_head.max(1) } else { 0 };
-    // The window instance walks each head's tiles from the last: a query tile's lowest key tile
-    // — started first on the head-major grid — then visits it before the others (first-visit
-    // flags, [`BwdParams::dq_flags`]; in deterministic mode its turn comes first too). Also
-    // without flags: chosen per flag, the d = 128 instance spilled 16 bytes. (Not the
-    // column-group instance, d = 256: with the flags it spilled 36 bytes, with the reversed walk
-    // 12; the host never passes flags there.)
-    let first_store = WIN && WGMMA && CG == 1 && bp.dq_flags != 0;
     let step = |it: u32| {
         let t = it % per_head.max(1) + rot;
         let t = if rotates && t >= per_head { t - per_head } else { t };
-        let t = if WIN && CG == 1 { per_head - 1 - t } else { t };
         (kv_h * group + it / per_head.max(1), first + t)
-    };
-    // With first-visit flags: whether this key tile is the first to visit the query tile at
-    // row `m0` — the key tile before it (if any) visits none from there (the tiles a key tile
-    // visits are an interval, both ends nondecreasing with the key tile).
-    let first_visit = |m0: u32| {
-        let n0 = key_start();
-        let before = |n: u32| {
-            mask::query_range(n, BN as u32, seq.len_q, seq.len_k, causal, p.window_left, p.window_right).1
-        };
-        n0 == 0 || m0 >= before(n0 - BN as u32)
-    };
-    let flag = |h: u32, tile: u32| bp.dq_flags + 4 * lock_index(bp, block().2, h, tile);
-    // After a barrier behind step `j`'s dQ stores: its query tile's flag set, if this key tile
-    // visited it first.
-    let publish = |j: u32| {
-        let (h, tile) = step(j);
-        if first_store && thread_x_opaque() == 0 && first_visit(tile * BM as u32) {
-            // SAFETY: the flag of this query tile (host sizing).
-            unsafe { global::store_release_u32(flag(h, tile), 1) };
-        }
     };
     let next = |(h, tile): (u32, u32)| {
         let t = if tile + 1 < first + per_head { tile + 1 } else { first };
@@ -1210,9 +1163,6 @@ unsafe fn bwd_main<
         }
         // Step `it` visible; every warp is done with step it−1 (its P, dS and the other stage).
         sync_threads();
-        if first_store && it > 0 {
-            publish(it - 1);
-        }
         // The next step's copies into the other stage: on `wgmma` issued under this step's S
         // and dP products (with their address arithmetic about a fifth of a step's
         // instructions, NOTES.md), before them on `mma.sync`.
@@ -1227,13 +1177,6 @@ unsafe fn bwd_main<
                 load_step(it + 1, if staged { next(at) } else { at }, 1 - s, false);
             }
             cp_async::commit();
-            // A query tile visited first by another key tile: its stores published before this
-            // step's adds (one thread waits, under the score products; the barrier before the
-            // adds passes it on).
-            if first_store && thread_x_opaque() == 0 && !first_visit(m0) {
-                // SAFETY: the flag of this query tile (host sizing).
-                while unsafe { global::load_acquire_u32(flag(h, tile)) } == 0 {}
-            }
         };
         #[cfg(not(target_feature = "sm_90a"))]
         {
@@ -1554,9 +1497,7 @@ unsafe fn bwd_main<
                 sync_threads();
             }
             // The adds into the f32 accumulator: on sm_90 four columns at once (see
-            // `add_tiles`), before two at a time. (Stores, where this key tile visits the query
-            // tile first: first-visit flags.)
-            let store = first_store && first_visit(m0);
+            // `add_tiles`), before two at a time.
             let d = p.head_dim;
             let row_base = |half: u32, col: u32| -> Option<u64> {
                 let row = m0 + 16 * qs + g + 8 * half;
@@ -1567,7 +1508,7 @@ unsafe fn bwd_main<
                 // SAFETY: the bases address columns `c0 + 8·nt + …` < d of rows < len_q of the
                 // accumulator (host sizing), aligned as `add_tiles` needs.
                 unsafe {
-                    add_tiles::<NT4, NT4>(&acc, tiles_inside, t4, store, |half, col| row_base(half, c0 + col))
+                    add_tiles::<NT4, NT4>(&acc, tiles_inside, t4, |half, col| row_base(half, c0 + col))
                 };
             } else {
                 // The warpgroup's panels one after the other (d = 256): panel qp's group issued
@@ -1595,7 +1536,7 @@ unsafe fn bwd_main<
                     let tiles_inside = (d.saturating_sub(c) / 8).min(8);
                     // SAFETY: as above, columns `c + 8·nt + …` < d.
                     unsafe {
-                        add_tiles::<NT4, 8>(&acc, tiles_inside, t4, store, |half, col| row_base(half, c + col))
+                        add_tiles::<NT4, 8>(&acc, tiles_inside, t4, |half, col| row_base(half, c + col))
                     };
                 }
             }
@@ -1625,11 +1566,6 @@ unsafe fn bwd_main<
         }
     }
     cp_async::wait::<0>();
-    if first_store && steps > 0 {
-        // The last step's stores behind a barrier, then its flag.
-        sync_threads();
-        publish(steps - 1);
-    }
     if staged {
         // The last dQ reductions done before the block's shared memory goes.
         #[cfg(target_feature = "sm_90a")]
@@ -1752,8 +1688,7 @@ unsafe fn stage_dq_rows<const NT: usize>(
 
 /// Adds one warp's dQ tiles (`acc[nt]`: rows g and g+8, columns `8·nt + 2·t4` and the next) to
 /// the f32 accumulator, tiles `nt < tiles` only. `base(half, col)` is the address of column `col`
-/// (relative to the warp's first) of the lane's row `g + 8·half`, `None` past the sequence. With
-/// `store` the values are stored instead (a query tile's first visitor, [`BwdParams::dq_flags`]).
+/// (relative to the warp's first) of the lane's row `g + 8·half`, `None` past the sequence.
 ///
 /// sm_90: lanes `t4` and `t4 ^ 1` swap one row's pair with a shuffle, so that the even lane holds
 /// four consecutive columns of row g and the odd lane four of row g+8: one
@@ -1768,7 +1703,6 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
     acc: &[[f32; 4]; NT],
     tiles: u32,
     t4: u32,
-    store: bool,
     base: impl Fn(u32, u32) -> Option<u64>,
 ) {
     #[cfg(target_feature = "sm_90a")]
@@ -1787,13 +1721,7 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
                 && (nt as u32) < tiles
             {
                 // SAFETY: forwarded contract (four columns, 16-byte aligned).
-                unsafe {
-                    if store {
-                        global::store_u32x4(at + 32 * nt as u64, v.map(f32::to_bits))
-                    } else {
-                        global::red_add_f32x4(at + 32 * nt as u64, v)
-                    }
-                };
+                unsafe { global::red_add_f32x4(at + 32 * nt as u64, v) };
             }
         }
     }
@@ -1805,13 +1733,8 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
                     let h = 2 * half as usize;
                     // SAFETY: forwarded contract.
                     unsafe {
-                        if store {
-                            global::store_u32(at + 32 * nt as u64, a[h].to_bits());
-                            global::store_u32(at + 32 * nt as u64 + 4, a[h + 1].to_bits());
-                        } else {
-                            global::red_add_f32(at + 32 * nt as u64, a[h]);
-                            global::red_add_f32(at + 32 * nt as u64 + 4, a[h + 1]);
-                        }
+                        global::red_add_f32(at + 32 * nt as u64, a[h]);
+                        global::red_add_f32(at + 32 * nt as u64 + 4, a[h + 1]);
                     }
                 }
             }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Session 26 call 2: the bundle's build (b42 reverted: head-major grid again; b43 on it, the
+# window walk from the last query tile) against the session's start (1ec4810 = f1c7325's PTX, `bench-old`). The
+# backward GPU tests beside memcheck (backward::shapes_bf16, small); A/B alternated twice at
+# N = 16384, B = 1, H = 16, d = 128 from residuals: windows 256 / 1024 / 4096 (bf16), 1024
+# (f16), softcap 30, ALiBi and plain causal (controls); Nsight Compute kernel durations of the
+# w1024 backward (preprocessing, main, conversion) in both builds; then issue 13's masked
+# backward rows with FlexAttention in the same run.
+set -uo pipefail
+R=/tmp/res; rm -rf $R; mkdir -p $R
+start=$(date +%s)
+el() { echo "elapsed $(( $(date +%s) - start ))"; }
+left() { echo $(( 575 - ($(date +%s) - start) )); }
+export CUDA_CACHE_MAXSIZE=4294967296
+python3 -c "import tarfile; [tarfile.open('.gpu/%s.txz'%n).extractall('/tmp/b') for n in ('new','old')]"
+cp .gpu/peers-fast.py .gpu/peers-flex.py /tmp/b/bundle/bin/
+cd /tmp/b/bundle; cat COMMIT; ls bin
+export FLASHATTN_REQUIRE_GPU=1
+run() { local name=$1 lim=$2; shift 2; l=$(left); [ $l -gt 30 ] || { echo "skip $name"; return; }; [ $lim -lt $l ] || lim=$l; ( time timeout $lim "$@" --out $R/$name ) > $R/$name.log 2>&1; echo "$name rc $?"; el; }
+W="run --seqlens 1024 --batch 1 --heads 2 --head-dims 64,128,256 --mask causal --methods auto --pass bwd --bwd-from residuals --check none --complete-path none --no-report --window 256"
+( run warm-new 150 ./bin/flashattn-bench $W ) & ( run warm-old 150 ./bin/bench-old $W ) & wait; el
+( ( time timeout 200 ./tests/gpu --test-threads 4 backward:: ) > $R/tests-backward.log 2>&1; echo "backward tests rc $?" >> $R/rc.txt ) &
+( FLASHATTN_TEST_SMALL=1 FLASHATTN_GPU_CASES=3 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 97 ./tests/gpu --test-threads 1 backward::shapes_f16 > $R/san-memcheck-backwardshapes_f16.log 2>&1; echo "memcheck rc $?" >> $R/rc.txt ) &
+wait; el
+cat $R/rc.txt
+grep -hE "^test .*FAILED|test result|worst rule|backward shapes|backward random" $R/tests-*.log | head -40
+for f in $R/san-*.log; do echo "$f: $(grep -hE 'ERROR SUMMARY|test result' $f | tr '\n' ' ')"; done
+grep -hA16 "^---- " $R/tests-*.log | head -60
+M="run --seqlens 16384 --batch 1 --heads 16 --head-dims 128 --methods auto --pass bwd --bwd-from residuals --complete-path none --check none --no-report --mask causal"
+for i in 1 2; do
+  for b in old new; do
+    bin=./bin/flashattn-bench; [ $b = old ] && bin=./bin/bench-old
+    run ab-$b-$i-win 30 $bin $M --dtype bf16 --window 256,1024,4096
+    run ab-$b-$i-winf 15 $bin $M --dtype f16 --window 1024
+    run ab-$b-$i-soft 20 $bin $M --dtype bf16 --softcap 30
+    run ab-$b-$i-alibi 20 $bin $M --dtype bf16 --alibi
+    run ab-$b-$i-plain 20 $bin $M --dtype bf16
+  done
+done
+for b in old new; do
+  bin=./bin/flashattn-bench; [ $b = old ] && bin=./bin/bench-old
+  l=$(left); [ $l -gt 25 ] || { echo "skip ncu $b"; continue; }
+  timeout 30 ncu --metrics gpu__time_duration.sum --csv -k regex:flash_bwd \
+    $bin run --seqlens 16384 --batch 1 --heads 16 --head-dims 128 --mask causal --window 1024 --dtype bf16 --methods auto --pass bwd --bwd-from residuals \
+    --check none --complete-path none --reps 2 --warmup-ms 1 --no-report --out /tmp/x > $R/ncu-$b-w1024.csv 2> $R/ncu-$b-w1024.err
+  el
+done
+F="run --seqlens 16384 --batch 1 --heads 16 --head-dims 128 --mask causal --dtype bf16 --methods auto --pass bwd --bwd-from residuals --complete-path none --check none --peers --peers-script ./bin/peers-flex.py"
+run mods-window 70 ./bin/flashattn-bench $F --window 256,1024,4096
+run mods-softcap 40 ./bin/flashattn-bench $F --softcap 30
+# (ALiBi unchanged: not rerun)
+: run mods-alibi 40 ./bin/flashattn-bench $F --alibi
+python3 - <<'PY'
+import json,os,csv,glob,statistics as st
+R='/tmp/res'
+def rows(d):
+    out={}
+    for fn in ['bench.jsonl','peers.jsonl']:
+        p=os.path.join(R,d,fn)
+        if not os.path.exists(p): continue
+        for l in open(p):
+            r=json.loads(l)
+            if r.get('kind')=='row':
+                t=r.get('timing'); k=r['key']
+                if t: out.setdefault(k,{})[r['method']]=(t['median_ms'], r.get('tflops') or 0)
+    return out
+for kind in ['win','winf','soft','alibi','plain']:
+    o=[rows('ab-old-%d-%s'%(i,kind)) for i in (1,2)]
+    n=[rows('ab-new-%d-%s'%(i,kind)) for i in (1,2)]
+    for k in o[0]:
+        try:
+            a=min(x[k]['auto'][0] for x in o); b=min(x[k]['auto'][0] for x in n)
+            print('AB %s %s old %.4f new %.4f change %+.1f%% (runs old %s new %s)'%(kind,k,a,b,100*(b/a-1),[round(x[k]['auto'][0],4) for x in o],[round(x[k]['auto'][0],4) for x in n]))
+        except KeyError: pass
+for b in ('old','new'):
+    f=R+'/ncu-%s-w1024.csv'%b
+    d={}
+    try:
+        for r in csv.reader(open(f)):
+            if len(r)>5 and r[-3]=='gpu__time_duration.sum':
+                x=float(r[-1].replace(',','')); u=r[-2]
+                v=x/1000 if u in ('us','usecond') else x/1e6 if u in ('ns','nsecond') else x
+                name=[c for c in r if c.startswith('flash_bwd')]
+                d.setdefault(name[0] if name else r[4],[]).append(v)
+    except Exception as e: print('parse',f,e)
+    for k,v in d.items(): print('NCU',b,k,'median %.4f ms n=%d'%(st.median(v),len(v)))
+for dd in ['mods-window','mods-softcap','mods-alibi']:
+    for k,v in rows(dd).items():
+        fx=v.get('torch-flex'); t=v.get('auto')
+        if t: print(dd,k,'auto %.4f ms %.1f TF'%t + (' flex %.4f ms %.1f TF x_flex %.3f'%(fx[0],fx[1],fx[0]/t[0]) if fx else ''))
+PY
+el
+cd /tmp && tar czf $OUT/results.tgz res
