@@ -12,7 +12,7 @@ set -uo pipefail
 R=/tmp/res; rm -rf $R; mkdir -p $R
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
-left() { echo $(( 250 - ($(date +%s) - start) )); }
+left() { echo $(( 140 - ($(date +%s) - start) )); }
 export CUDA_CACHE_MAXSIZE=4294967296
 python3 -c "import tarfile; tarfile.open('.gpu/new.txz').extractall('/tmp/b')"
 C=results/2026-12-05-nvidia-h200/session27/call1
@@ -24,7 +24,7 @@ ncu_t() { local tag=$1; shift; l=$(left); [ $l -gt 25 ] || { echo "skip $tag"; r
   timeout 45 ncu --metrics gpu__time_duration.sum --csv -k regex:flash_bwd "$@" --reps 2 --warmup-ms 1 --out /tmp/x > $R/ncu-$tag.csv 2> $R/ncu-$tag.err; echo "ncu $tag rc $?"; el; }
 for b in flashattn-bench bench-protoA bench-nodq; do ncu_t $b ./bin/$b $A; done
 S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
-for b in flashattn-bench bench-protoA; do
+for b in bench-protoA flashattn-bench; do
   l=$(left); [ $l -gt 40 ] || { echo "skip sections $b"; continue; }
   timeout 50 ncu $S -k regex:flash_bwd_bf16_d128.*win -c 1 ./bin/$b $A --reps 1 --warmup-ms 1 --out /tmp/x > $R/sections-$b.txt 2>&1; echo "sections $b rc $?"; el
 done
