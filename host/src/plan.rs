@@ -8,9 +8,9 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, BwdConfig, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, bwd_window_only, mma_decode, mma_default, mma_elementwise,
-    mma_find, mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train,
-    wgmma_with_rows, wgmma_with_tiles,
+    WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, bwd_window_only, mma_decode, mma_default,
+    mma_elementwise, mma_find, mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap,
+    wgmma_train, wgmma_with_rows, wgmma_with_tiles,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,

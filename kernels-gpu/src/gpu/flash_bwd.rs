@@ -1424,7 +1424,8 @@ unsafe fn bwd_main<
             wgmma::fence();
             for ks in 0..BN / 16 {
                 let a = descriptor(ds_tile + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
-                let b = descriptor(k_tile + (warp_o / 4) * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
+                let b =
+                    descriptor(k_tile + (warp_o / 4) * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
                 // SAFETY: the stored (fenced, behind the barrier) dSᵀ panel and the loaded K tile.
                 unsafe { E::ss_tt_n64(&mut qf, a, b) };
             }
@@ -1478,20 +1479,20 @@ unsafe fn bwd_main<
                         }
                     }
                 } else {
-                for kk in 0..BM / 16 {
-                    let k_off = (kk * 16 * 128) as u32;
-                    let (pd, sd) = (desc(p_tile + kg * pb + k_off), desc(ds_tile + kg * pb + k_off));
-                    for pn in 0..D / 64 / CG {
-                        let b_off = (cp0 + pn as u32) * pb + k_off;
-                        // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
-                        // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
-                        // warpgroup issues them.
-                        unsafe {
-                            E::ss_tt_n64(&mut dvw[pn], pd, desc(dot + b_off));
-                            E::ss_tt_n64(&mut dkw[pn], sd, desc(qt + b_off));
+                    for kk in 0..BM / 16 {
+                        let k_off = (kk * 16 * 128) as u32;
+                        let (pd, sd) = (desc(p_tile + kg * pb + k_off), desc(ds_tile + kg * pb + k_off));
+                        for pn in 0..D / 64 / CG {
+                            let b_off = (cp0 + pn as u32) * pb + k_off;
+                            // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
+                            // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
+                            // warpgroup issues them.
+                            unsafe {
+                                E::ss_tt_n64(&mut dvw[pn], pd, desc(dot + b_off));
+                                E::ss_tt_n64(&mut dkw[pn], sd, desc(qt + b_off));
+                            }
                         }
                     }
-                }
                 }
                 // (Waited for at the end of the step: the dQ product and adds run meanwhile.)
                 wgmma::commit();
