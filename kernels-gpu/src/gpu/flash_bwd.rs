@@ -1221,27 +1221,50 @@ unsafe fn bwd_main<
             };
             let scale_log2 = p.scale_log2;
             let kr = k0 + 16 * (warp_o % 4) + g;
+            // The warp's 16 keys seen by every query of the step (the window's interior: both
+            // bounds grow with the query, so the first query's end and the last one's start
+            // decide): no per-key mask, no per-query bounds.
+            let warp_key0 = key_start() + k0 + 16 * (warp_o % 4);
+            let last_q = m0 + BM as u32 - 1;
+            let whole = (mask::row_key_begin(last_q, seq.len_q, seq.len_k, p.window_left) <= warp_key0)
+                & (warp_key0 + 16 <= mask::row_key_end(m0, seq.len_q, seq.len_k, causal, p.window_right));
+            // P and dS of one 16-query k-step, masked or not (a macro: one straight-line body each).
+            macro_rules! probs_t {
+                ($ks:expr, $masked:literal, $pv:ident, $dv2:ident) => {
+                    for j in 0..2 {
+                        let nt = 2 * $ks + j;
+                        for e in 0..2 {
+                            let qc = 8 * nt as u32 + 2 * t4 + e as u32;
+                            // SAFETY: inside the statistics stage, 16-byte aligned.
+                            let [offset, inv, pivot, d_rel] =
+                                unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qc) };
+                            let q = m0 + qc;
+                            let (begin, limit) = if $masked {
+                                (
+                                    mask::row_key_begin(q, seq.len_q, seq.len_k, p.window_left),
+                                    mask::row_key_end(q, seq.len_q, seq.len_k, causal, p.window_right),
+                                )
+                            } else {
+                                (0, 0)
+                            };
+                            for half in 0..2 {
+                                let key = key_start() + kr + 8 * half as u32;
+                                let x = prob_from_offset(st[nt][2 * half + e], scale_log2, offset) * inv;
+                                let pr = if !$masked || ((key < limit) & (key >= begin)) { x } else { 0.0 };
+                                $pv[j][2 * half + e] = pr;
+                                $dv2[j][2 * half + e] = GradRow::ds(pr, dpt[nt][2 * half + e], pivot, d_rel);
+                            }
+                        }
+                    }
+                };
+            }
             for ks in 0..BM / 16 {
                 let mut pv = [[0.0f32; 4]; 2];
                 let mut dv2 = [[0.0f32; 4]; 2];
-                for j in 0..2 {
-                    let nt = 2 * ks + j;
-                    for e in 0..2 {
-                        let qc = 8 * nt as u32 + 2 * t4 + e as u32;
-                        // SAFETY: inside the statistics stage, 16-byte aligned.
-                        let [offset, inv, pivot, d_rel] =
-                            unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qc) };
-                        let q = m0 + qc;
-                        let begin = mask::row_key_begin(q, seq.len_q, seq.len_k, p.window_left);
-                        let limit = mask::row_key_end(q, seq.len_q, seq.len_k, causal, p.window_right);
-                        for half in 0..2 {
-                            let key = key_start() + kr + 8 * half as u32;
-                            let x = prob_from_offset(st[nt][2 * half + e], scale_log2, offset) * inv;
-                            let pr = if (key < limit) & (key >= begin) { x } else { 0.0 };
-                            pv[j][2 * half + e] = pr;
-                            dv2[j][2 * half + e] = GradRow::ds(pr, dpt[nt][2 * half + e], pivot, d_rel);
-                        }
-                    }
+                if whole {
+                    probs_t!(ks, false, pv, dv2);
+                } else {
+                    probs_t!(ks, true, pv, dv2);
                 }
                 pfr[ks] = E::acc_to_a(&pv[0], &pv[1]);
                 let dsf = E::acc_to_a(&dv2[0], &dv2[1]);
