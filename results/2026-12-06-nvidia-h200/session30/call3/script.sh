@@ -2,7 +2,7 @@
 # Session 30 call 3: v2 of the window-only backward instance (window kind 3, d = 128, sm_90a: protoC's
 # transposed step decided at compile time, so that ptxas no longer serialises the dQ adds behind
 # the register-A dV/dK group) against the baseline (bench-old: 6d65ce0, the kernels of main).
-# (1) backward:: GPU tests beside memcheck of backward::shapes_bf16 (small);
+# (1) backward:: GPU tests (device time short: no sanitizers; v2 changes no memory access);
 # (2) ncu kernel durations at N = 16384, B = 1, H = 16, d = 128, causal, window 1024, bf16, both builds;
 # (3) A/B alternated twice (windows 256/1024/4096 bf16, 1024 f16; softcap 30 as control: same PTX);
 # (4) the window rows with FlexAttention in the same run (new build).
@@ -10,7 +10,7 @@ set -uo pipefail
 R=/tmp/res; rm -rf $R; mkdir -p $R
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
-left() { echo $(( 560 - ($(date +%s) - start) )); }
+left() { echo $(( 200 - ($(date +%s) - start) )); }
 export CUDA_CACHE_MAXSIZE=4294967296
 python3 -c "import tarfile; [tarfile.open('.gpu/%s.txz'%n).extractall('/tmp/b') for n in ('new','old')]"
 cd /tmp/b/bundle; ls bin tests
@@ -19,8 +19,7 @@ export FLASHATTN_REQUIRE_GPU=1
 run() { local name=$1 lim=$2; shift 2; l=$(left); [ $l -gt 30 ] || { echo "skip $name"; return; }; [ $lim -lt $l ] || lim=$l; ( time timeout $lim "$@" --out $R/$name ) > $R/$name.log 2>&1; echo "$name rc $?"; el; }
 W="run --seqlens 1024 --batch 1 --heads 2 --head-dims 64,128,256 --mask causal --methods auto --pass bwd --bwd-from residuals --check none --complete-path none --no-report --window 256"
 ( run warm-new 150 ./bin/flashattn-bench $W ) & ( run warm-old 150 ./bin/bench-old $W ) & wait; el
-( ( time timeout 230 ./tests/gpu --test-threads 4 backward:: ) > $R/tests-backward.log 2>&1; echo "backward tests rc $?" >> $R/rc.txt ) &
-( FLASHATTN_TEST_SMALL=1 FLASHATTN_GPU_CASES=3 timeout 230 compute-sanitizer --tool memcheck --error-exitcode 97 ./tests/gpu --test-threads 1 backward::shapes_bf16 > $R/san-memcheck-shapes_bf16.log 2>&1; echo "memcheck rc $?" >> $R/rc.txt ) &
+( ( time timeout 110 ./tests/gpu --test-threads 4 backward:: ) > $R/tests-backward.log 2>&1; echo "backward tests rc $?" >> $R/rc.txt ) &
 wait; el
 cat $R/rc.txt
 for f in $R/tests-*.log; do echo "== $f"; grep -hE "^test .*FAILED|test result|worst rule|backward shapes|backward random" $f | head -20; done
@@ -35,14 +34,15 @@ for b in old new; do
   el
 done
 F="run --seqlens 16384 --batch 1 --heads 16 --head-dims 128 --mask causal --dtype bf16 --methods auto --pass bwd --bwd-from residuals --complete-path none --check none --peers --peers-script ./bin/peers-flex.py"
-run mods-window 100 ./bin/flashattn-bench $F --window 256,1024,4096
+# (FlexAttention rows dropped: device time short)
+# run mods-window 100 ./bin/flashattn-bench $F --window 256,1024,4096
 M="run --seqlens 16384 --batch 1 --heads 16 --head-dims 128 --methods auto --pass bwd --bwd-from residuals --complete-path none --check none --no-report --mask causal"
 for i in 1 2; do
   for b in old new; do
     bin=./bin/flashattn-bench; [ $b = old ] && bin=./bin/bench-old
     run ab-$b-$i-win 30 $bin $M --dtype bf16 --window 256,1024,4096
-    run ab-$b-$i-winf 15 $bin $M --dtype f16 --window 1024
-    run ab-$b-$i-soft 20 $bin $M --dtype bf16 --softcap 30
+    # run ab-$b-$i-winf 15 $bin $M --dtype f16 --window 1024
+    # run ab-$b-$i-soft 20 $bin $M --dtype bf16 --softcap 30
   done
 done
 python3 - <<'PY'
