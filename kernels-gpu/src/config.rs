@@ -269,10 +269,7 @@ pub struct BwdConfig {
     /// 1: a sliding-window instance (as [`MmaConfig::window`]; chosen by [`bwd_window`]): windows
     /// and every score modifier. 2: an ALiBi instance ([`bwd_alibi`], sm_90a): the plain
     /// instance's walk and staged dQ adds with ALiBi on every score, for problems whose only
-    /// feature beyond causal is ALiBi. 3: a window instance for windows without score modifiers
-    /// ([`bwd_window_only`], sm_90a, d = 128): the window instance's walk with the transposed
-    /// step (keys as the rows of `Sᵀ` and `dPᵀ`, `Pᵀ` in registers as the A operand of
-    /// `dV += Pᵀ·dO`, `dSᵀ` stored once for both `dK += dSᵀ·Q` and `dQ = dS·K`).
+    /// feature beyond causal is ALiBi.
     pub window: u32,
 }
 
@@ -292,13 +289,6 @@ impl BwdConfig {
     /// +2.3%, so they keep `cp.async` and their code is compiled without it.
     pub const fn tma_query_tiles(&self, wgmma: bool) -> bool {
         wgmma && self.col_groups() > 1
-    }
-
-    /// Whether the instance exists in the sm_90a PTX only: the column-group instances (211 KiB
-    /// of shared memory), the ALiBi instances (staged dQ adds) and the window-only instances
-    /// (the transposed step), which need `wgmma`.
-    pub const fn sm90a_only(&self) -> bool {
-        self.col_groups() > 1 || self.window >= 2
     }
 
     /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].
@@ -448,7 +438,7 @@ impl BwdConfig {
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
-            && self.window <= 3
+            && self.window <= 2
             && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
             && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
@@ -505,16 +495,6 @@ const _: () = {
         i += 1;
     }
 };
-
-/// Index of the backward's window instance without score modifiers for head dim `head_dim`
-/// (window kind 3): only where it computes the same padded head dim as [`bwd_window`]'s
-/// instance.
-pub const fn bwd_window_only(head_dim: u32) -> Option<usize> {
-    match (bwd_smallest(head_dim, 3), bwd_window(head_dim)) {
-        (Some(a), Some(w)) if BWD_CONFIGS[a].head_dim == BWD_CONFIGS[w].head_dim => Some(a),
-        _ => None,
-    }
-}
 
 /// Index into [`BWD_CONFIGS`] of the instance that runs head dim `head_dim`: the smallest
 /// instantiated head dim that holds it.

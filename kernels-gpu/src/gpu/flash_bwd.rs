@@ -895,7 +895,6 @@ unsafe fn bwd_main<
     const NT4: usize,
     const WIN: bool,
     const ALIBI: bool,
-    const NOMOD: bool,
     const CG: usize,
     const TMA: bool,
 >(
@@ -971,12 +970,6 @@ unsafe fn bwd_main<
     // `dQ += dS·K` on `wgmma` too (dS K-major from its 64-key panels, K MN-major from its
     // 64-column panels; warpgroup wg the columns `64·wg…`).
     let qw = crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32);
-    // The transposed step (the d = 128 window instance without score modifiers, `NOMOD`, on
-    // `wgmma`): see the step.
-    // (A constant block, so that the other instances' code is that of a body without it.)
-    let transposed = const {
-        NOMOD && WIN && WGMMA && D == 128 && CG == 1 && crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32)
-    };
     // (Its 64-column panels a warpgroup: one group each, one after the other.)
     let dq_panels: usize = const {
         if crate::config::dq_on_wgmma(WGMMA, D as u32, W as u32) {
@@ -1197,88 +1190,8 @@ unsafe fn bwd_main<
         let tid_o = thread_x_opaque();
         let (lane_o, warp_o) = (tid_o % 32, tid_o / 32);
 
-        // 1'. The transposed step: warpgroup wg's 64 keys × the 64 queries, `Sᵀ = K·Qᵀ` and
-        // `dPᵀ = V·dOᵀ` (keys as rows: warp w's rows `16·(w % 4)…`, the lane's queries
-        // `8·nt + 2·t4 + e`), each query's statistics read per column; `Pᵀ` and `dSᵀ` packed as
-        // `wgmma` A fragments (16 queries each) for `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, and `dSᵀ`
-        // stored `[key][query]` (one 64-query panel) for `dQ = dS·K`.
-        #[cfg(target_feature = "sm_90a")]
-        let mut pfr = [[0u32; 4]; BM / 16];
-        #[cfg(target_feature = "sm_90a")]
-        if transposed {
-            let k0 = 64 * (warp_o / 4);
-            let mut st = [[0.0f32; 4]; 8];
-            let mut dpt = [[0.0f32; 4]; 8];
-            // SAFETY: as the scores below, the operands swapped (K and V rows as A).
-            unsafe {
-                scores_wgmma::<E, D, BN, BM>(
-                    &mut st,
-                    &mut dpt,
-                    (k_tile + 128 * k0, v_tile + 128 * k0),
-                    (qt, dot),
-                    prefetch,
-                )
-            };
-            let scale_log2 = p.scale_log2;
-            let kr = k0 + 16 * (warp_o % 4) + g;
-            // The warp's 16 keys seen by every query of the step (the window's interior: both
-            // bounds grow with the query, so the first query's end and the last one's start
-            // decide): no per-key mask, no per-query bounds.
-            let warp_key0 = key_start() + k0 + 16 * (warp_o % 4);
-            let last_q = m0 + BM as u32 - 1;
-            let whole = (mask::row_key_begin(last_q, seq.len_q, seq.len_k, p.window_left) <= warp_key0)
-                & (warp_key0 + 16 <= mask::row_key_end(m0, seq.len_q, seq.len_k, causal, p.window_right));
-            // P and dS of one 16-query k-step, masked or not (a macro: one straight-line body each).
-            macro_rules! probs_t {
-                ($ks:expr, $masked:literal, $pv:ident, $dv2:ident) => {
-                    for j in 0..2 {
-                        let nt = 2 * $ks + j;
-                        for e in 0..2 {
-                            let qc = 8 * nt as u32 + 2 * t4 + e as u32;
-                            // SAFETY: inside the statistics stage, 16-byte aligned.
-                            let [offset, inv, pivot, d_rel] =
-                                unsafe { shared::load_f32x4(rows + s * 16 * BM as u32 + 16 * qc) };
-                            let q = m0 + qc;
-                            let (begin, limit) = if $masked {
-                                (
-                                    mask::row_key_begin(q, seq.len_q, seq.len_k, p.window_left),
-                                    mask::row_key_end(q, seq.len_q, seq.len_k, causal, p.window_right),
-                                )
-                            } else {
-                                (0, 0)
-                            };
-                            for half in 0..2 {
-                                let key = key_start() + kr + 8 * half as u32;
-                                let x = prob_from_offset(st[nt][2 * half + e], scale_log2, offset) * inv;
-                                let pr = if !$masked || ((key < limit) & (key >= begin)) { x } else { 0.0 };
-                                $pv[j][2 * half + e] = pr;
-                                $dv2[j][2 * half + e] = GradRow::ds(pr, dpt[nt][2 * half + e], pivot, d_rel);
-                            }
-                        }
-                    }
-                };
-            }
-            for ks in 0..BM / 16 {
-                let mut pv = [[0.0f32; 4]; 2];
-                let mut dv2 = [[0.0f32; 4]; 2];
-                if whole {
-                    probs_t!(ks, false, pv, dv2);
-                } else {
-                    probs_t!(ks, true, pv, dv2);
-                }
-                pfr[ks] = E::acc_to_a(&pv[0], &pv[1]);
-                let dsf = E::acc_to_a(&dv2[0], &dv2[1]);
-                // dSᵀ rows kr, kr + 8, query chunks 2·ks and 2·ks + 1.
-                for (r, (half, chunk)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
-                    let at = panel_swizzle(kr + 8 * half, 2 * ks as u32 + chunk, BN as u32) + 4 * t4;
-                    // SAFETY: row < BN, chunk < 8 of the dSᵀ tile (the dS tile's bytes).
-                    unsafe { shared::store_u32(ds_tile + at, dsf[r]) };
-                }
-            }
-        }
-
         // 1. S and dP: this warp's MT1·16 queries × NT1·8 keys.
-        if !transposed {
+        {
             // (On `wgmma` the warpgroups split the keys, and the warps of one the queries.)
             let (wm, mut wn) =
                 if WGMMA { (warp_o % 4, warp_o / 4) } else { (warp_o / WN1 as u32, warp_o % WN1 as u32) };
@@ -1438,23 +1351,7 @@ unsafe fn bwd_main<
         // so that its adds can start while dV and dK are still computed.)
         #[cfg_attr(not(target_feature = "sm_90a"), allow(unused_mut, unused_variables))]
         let mut qf = [0.0f32; 32];
-        #[cfg(target_feature = "sm_90a")]
-        if transposed {
-            // `dQ = dS·K` for warpgroup wg's 64 columns: A = dS MN-major from the dSᵀ panel
-            // (rows = keys, 16 a k-step), B = K's panel wg, MN-major.
-            use wgmma::{SWIZZLE_ATOM_BYTES, descriptor};
-            let kb = 128 * BN as u32;
-            wgmma::fence();
-            for ks in 0..BN / 16 {
-                let a = descriptor(ds_tile + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
-                let b =
-                    descriptor(k_tile + (warp_o / 4) * kb + (ks * 16 * 128) as u32, kb, SWIZZLE_ATOM_BYTES);
-                // SAFETY: the stored (fenced, behind the barrier) dSᵀ panel and the loaded K tile.
-                unsafe { E::ss_tt_n64(&mut qf, a, b) };
-            }
-            wgmma::commit();
-        }
-        if qw && !transposed {
+        if qw {
             // (Warpgroup wg's first panel of the K tile: `dq_panels·wg`.)
             #[cfg(target_feature = "sm_90a")]
             // SAFETY: the stored (fenced, behind the barrier) dS tile and the loaded K tile.
@@ -1483,37 +1380,17 @@ unsafe fn bwd_main<
                 };
                 let desc = |addr: u32| descriptor(addr, pb, SWIZZLE_ATOM_BYTES);
                 wgmma::fence();
-                if transposed {
-                    for ks in 0..BM / 16 {
-                        for pn in 0..D / 64 {
-                            let b_off = pn as u32 * pb + (ks * 16 * 128) as u32;
-                            // SAFETY: the loaded dO and Q panels (behind the step's barrier).
-                            unsafe {
-                                E::rs_n64(&mut dvw[pn], &pfr[ks], desc(dot + b_off));
-                                // dSᵀ rows of the warpgroup's keys, K-major (16 queries = 32
-                                // bytes a k-step), from the stored panel.
-                                let a = descriptor(
-                                    ds_tile + 128 * (64 * wg) + (32 * ks) as u32,
-                                    16,
-                                    SWIZZLE_ATOM_BYTES,
-                                );
-                                E::ss_tn_n64(&mut dkw[pn], a, desc(qt + b_off), 1);
-                            }
-                        }
-                    }
-                } else {
-                    for kk in 0..BM / 16 {
-                        let k_off = (kk * 16 * 128) as u32;
-                        let (pd, sd) = (desc(p_tile + kg * pb + k_off), desc(ds_tile + kg * pb + k_off));
-                        for pn in 0..D / 64 / CG {
-                            let b_off = (cp0 + pn as u32) * pb + k_off;
-                            // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
-                            // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
-                            // warpgroup issues them.
-                            unsafe {
-                                E::ss_tt_n64(&mut dvw[pn], pd, desc(dot + b_off));
-                                E::ss_tt_n64(&mut dkw[pn], sd, desc(qt + b_off));
-                            }
+                for kk in 0..BM / 16 {
+                    let k_off = (kk * 16 * 128) as u32;
+                    let (pd, sd) = (desc(p_tile + kg * pb + k_off), desc(ds_tile + kg * pb + k_off));
+                    for pn in 0..D / 64 / CG {
+                        let b_off = (cp0 + pn as u32) * pb + k_off;
+                        // SAFETY: descriptors of the stored (fenced, behind the barrier) P and dS
+                        // panels and the loaded dO and Q panels, 1024-byte aligned; the whole
+                        // warpgroup issues them.
+                        unsafe {
+                            E::ss_tt_n64(&mut dvw[pn], pd, desc(dot + b_off));
+                            E::ss_tt_n64(&mut dkw[pn], sd, desc(qt + b_off));
                         }
                     }
                 }
@@ -1922,11 +1799,6 @@ macro_rules! bwd_entries {
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
         bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, $d, $w, $b, 2);
     };
-    // The window instances without score modifiers (window kind 3) too: their step is the
-    // transposed one, all five products on `wgmma`.
-    (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 3) => {
-        bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, $d, $w, $b, 3);
-    };
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         bwd_entries!(@body [cfg(all())] $elem, $dt, $d, $w, $b, $win);
     };
@@ -1958,9 +1830,8 @@ macro_rules! bwd_entries {
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
                         { C.dq_query_warps() as usize },
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
-                        { C.window == 1 || C.window == 3 },
+                        { C.window == 1 },
                         { C.window == 2 },
-                        { C.window == 3 },
                         { C.col_groups() as usize },
                         { C.tma_query_tiles(WGMMA) },
                     >(&p)
