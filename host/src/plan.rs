@@ -8,9 +8,9 @@
 
 use flashattn_kernels::config::{
     BWD_CONFIGS, BwdConfig, MMA_CONFIGS, MmaConfig, PAD_ELEMENTS, SIMT_BLOCK_M, SIMT_MAX_BLOCK_N, SimtConfig,
-    WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, mma_decode, mma_default, mma_elementwise,
-    mma_find, mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap, wgmma_train,
-    wgmma_with_rows, wgmma_with_tiles,
+    WGMMA_CONFIGS, bwd_alibi, bwd_default, bwd_find, bwd_window, bwd_window_only, mma_decode, mma_default,
+    mma_elementwise, mma_find, mma_window, wgmma_default, wgmma_masked, wgmma_persistent, wgmma_softcap,
+    wgmma_train, wgmma_with_rows, wgmma_with_tiles,
 };
 use flashattn_kernels::params::{
     BWD_BLOCK_M, BWD_PREP_THREADS, COMBINE_WARPS, SIMT_KEY_CHUNK, SOFTMAX_SHARED_BYTES, SOFTMAX_THREADS,
@@ -1574,7 +1574,13 @@ fn backward_plan(
     // and staged dQ adds (where one exists for the head dim), else the window instance.
     let alibi_only = windowed && problem.window().is_none() && problem.score_mod(0).softcap == 0.0;
     let alibi = if alibi_only && props.target() == Some(Target::Sm90a) { bwd_alibi(d as u32) } else { None };
-    let index = match (windowed, alibi) {
+    // A window without score modifiers on sm_90a: the window-only instance (the window
+    // instance's code without the modifiers', NOTES b44), where one exists for the head dim,
+    // else the window instance.
+    let window_only = windowed && !problem.has_score_mod();
+    let window_only =
+        if window_only && props.target() == Some(Target::Sm90a) { bwd_window_only(d as u32) } else { None };
+    let index = match (windowed, alibi.or(window_only)) {
         (_, Some(i)) => Some(i),
         (true, None) => bwd_window(d as u32),
         (false, None) => bwd_default(d as u32),
@@ -1709,6 +1715,10 @@ fn backward_plan(
             why.push(format!(
                 "ALiBi instance: {what}; the plain instance's walk and dQ adds staged in shared memory \
                  (bulk reductions), where the window instance adds with each lane's atomics"
+            ));
+        } else if config.window == 3 {
+            why.push(format!(
+                "window-only instance: {what}; the window instance's code without the score modifiers'"
             ));
         } else {
             why.push(format!("masked instance: {what}"));

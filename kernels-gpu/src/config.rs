@@ -269,7 +269,9 @@ pub struct BwdConfig {
     /// 1: a sliding-window instance (as [`MmaConfig::window`]; chosen by [`bwd_window`]): windows
     /// and every score modifier. 2: an ALiBi instance ([`bwd_alibi`], sm_90a): the plain
     /// instance's walk and staged dQ adds with ALiBi on every score, for problems whose only
-    /// feature beyond causal is ALiBi.
+    /// feature beyond causal is ALiBi. 3: a window instance for windows without score modifiers
+    /// ([`bwd_window_only`], sm_90a, d = 128): the window instance's code with the modifiers
+    /// compiled out (1–2% faster on windows alone, `NOTES.md` b44).
     pub window: u32,
 }
 
@@ -289,6 +291,13 @@ impl BwdConfig {
     /// +2.3%, so they keep `cp.async` and their code is compiled without it.
     pub const fn tma_query_tiles(&self, wgmma: bool) -> bool {
         wgmma && self.col_groups() > 1
+    }
+
+    /// Whether the instance exists in the sm_90a PTX only: the column-group instances (211 KiB
+    /// of shared memory), the ALiBi instances (staged dQ adds, which need `wgmma`) and the
+    /// window-only instances (`Auto` takes them on sm_90a only, where they were measured).
+    pub const fn sm90a_only(&self) -> bool {
+        self.col_groups() > 1 || self.window >= 2
     }
 
     /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].
@@ -438,7 +447,7 @@ impl BwdConfig {
             && (self.head_dim / 8) % (2 * (self.warps / self.kv_key_warps())) == 0
             && (self.head_dim / 8) % (2 * (self.warps / self.dq_query_warps())) == 0
             && self.min_blocks > 0
-            && self.window <= 2
+            && self.window <= 3
             && self.shared_bytes(true) <= HOPPER_SHARED_LIMIT
             && self.prep_shared_bytes(true) <= HOPPER_SHARED_LIMIT
     }
@@ -457,11 +466,15 @@ pub const fn dq_panels(head_dim: u32, warps: u32) -> u32 {
 }
 
 /// [`BwdConfig::dq_staged`]: the plain (`window` 0) and ALiBi (2) instances with dQ on `wgmma`
-/// over two warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md` b21).
-/// Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
-/// instances (+2–4%), which add with the lanes' `red`s.
+/// over two warpgroups (d = 128), where it cut the backward's time 3–5% (session 14, `NOTES.md`
+/// b21). Not the one-warpgroup d = 64 block (+4–8% time without a causal mask) nor the window
+/// instances, with modifiers or without (+2–4%, b21; +1–2% on the window-only instance, b44),
+/// which add with the lanes' `red`s.
 pub const fn dq_staged(wgmma: bool, head_dim: u32, warps: u32, window: u32) -> bool {
-    dq_on_wgmma(wgmma, head_dim, warps) && dq_panels(head_dim, warps) == 1 && warps == 8 && window != 1
+    dq_on_wgmma(wgmma, head_dim, warps)
+        && dq_panels(head_dim, warps) == 1
+        && warps == 8
+        && (window == 0 || window == 2)
 }
 
 /// f32 per row of a warp's dQ staging rows: 64 columns and 4 of padding, so that the rows
@@ -495,6 +508,16 @@ const _: () = {
         i += 1;
     }
 };
+
+/// Index of the backward's window instance without score modifiers for head dim `head_dim`
+/// (window kind 3): only where it computes the same padded head dim as [`bwd_window`]'s
+/// instance.
+pub const fn bwd_window_only(head_dim: u32) -> Option<usize> {
+    match (bwd_smallest(head_dim, 3), bwd_window(head_dim)) {
+        (Some(a), Some(w)) if BWD_CONFIGS[a].head_dim == BWD_CONFIGS[w].head_dim => Some(a),
+        _ => None,
+    }
+}
 
 /// Index into [`BWD_CONFIGS`] of the instance that runs head dim `head_dim`: the smallest
 /// instantiated head dim that holds it.

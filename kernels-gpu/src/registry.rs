@@ -267,6 +267,7 @@ macro_rules! for_each_bwd_instance {
             (256, 8, 1, 0)
             (256, 8, 1, 1)
             (128, 8, 1, 2)
+            (128, 8, 1, 3)
         }
     };
 }
@@ -275,9 +276,10 @@ macro_rules! for_each_bwd_instance {
 /// `flash_bwd_{dtype}_d{head_dim}_w{warps}_b{min_blocks}` and the preprocessing kernel
 /// `flash_bwd_prep_{dtype}_d{head_dim}_w{warps}` (its code depends on the head dim alone; the
 /// name follows the instance so that variants of a head dim export distinct entries), with `_win`
-/// appended for a sliding-window instance; and, on sm_90a, the preprocessing kernel that takes
-/// a training forward's residuals, `flash_bwd_prep_res_{dtype}_d{head_dim}_w{warps}` (`_win`
-/// appended likewise).
+/// appended for a sliding-window instance (`_alibi` for an ALiBi instance, `_winonly` for a
+/// window instance without score modifiers); and, on sm_90a, the preprocessing kernel that takes
+/// a training forward's residuals, `flash_bwd_prep_res_{dtype}_d{head_dim}_w{warps}` (suffixed
+/// likewise).
 #[macro_export]
 macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
@@ -289,6 +291,9 @@ macro_rules! bwd_kernel_name {
     (main, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
         concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_alibi")
     };
+    (main, $dt:literal, $d:literal, $w:literal, $b:literal, 3) => {
+        concat!("flash_bwd_", $dt, "_d", $d, "_w", $w, "_b", $b, "_winonly")
+    };
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w)
     };
@@ -298,6 +303,9 @@ macro_rules! bwd_kernel_name {
     (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
         concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_alibi")
     };
+    (prep, $dt:literal, $d:literal, $w:literal, $b:literal, 3) => {
+        concat!("flash_bwd_prep_", $dt, "_d", $d, "_w", $w, "_winonly")
+    };
     (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 0) => {
         concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w)
     };
@@ -306,6 +314,9 @@ macro_rules! bwd_kernel_name {
     };
     (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
         concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w, "_alibi")
+    };
+    (prep_res, $dt:literal, $d:literal, $w:literal, $b:literal, 3) => {
+        concat!("flash_bwd_prep_res_", $dt, "_d", $d, "_w", $w, "_winonly")
     };
 }
 
@@ -469,10 +480,9 @@ pub const KERNELS: [KernelInfo; KERNEL_COUNT] = {
     while e < 2 {
         let mut i = 0;
         while i < BWD_CONFIGS.len() {
-            // (The column-group and ALiBi instances are sm_90a's only: `flash_bwd.rs`.)
+            // (`BwdConfig::sm90a_only`: `flash_bwd.rs` compiles those for sm_90a alone.)
             let c = BWD_CONFIGS[i];
-            let targets: &[Target] =
-                if c.col_groups() > 1 || c.window == 2 { &SM90A_ONLY } else { &Target::ALL };
+            let targets: &[Target] = if c.sm90a_only() { &SM90A_ONLY } else { &Target::ALL };
             out[n] = KernelInfo { name: BWD_KERNELS[e][i], family: Family::BwdMma(ELEMS[e], i), targets };
             out[n + 1] =
                 KernelInfo { name: BWD_PREP_KERNELS[e][i], family: Family::BwdPrep(ELEMS[e], i), targets };

@@ -911,10 +911,14 @@ fn training_forwards_keep_residuals_on_the_hopper_kernel_and_backwards_read_them
     let window = AttentionOptions { window: Window { left: Some(512), right: None }, ..auto.clone() };
     let softcap = AttentionOptions { softcap: Some(30.0), causal: true, ..auto.clone() };
     let alibi = AttentionOptions { alibi_slopes: Some(vec![0.5, 0.25, 0.125, 0.0625]), ..auto.clone() };
-    // (ALiBi alone at d = 128 on the backward's ALiBi instance, whose residual preprocessing is
-    // the window instance's code.)
+    // (ALiBi alone at d = 128 on the backward's ALiBi instance, a window alone at d = 128 on its
+    // window-only instance, whose residual preprocessing is the window instance's code; a window
+    // at d = 64, which has no window-only instance, on the window instance.)
+    let window_softcap = AttentionOptions { softcap: Some(30.0), ..window.clone() };
     for (opts, d, suffix, bwd_suffix) in [
-        (window, 128, "_win_train", "_win"),
+        (window.clone(), 128, "_win_train", "_winonly"),
+        (window.clone(), 64, "_win_train", "_win"),
+        (window_softcap, 128, "_win_softcap_train", "_win"),
         (softcap, 64, "_win_softcap_train", "_win"),
         (alibi, 128, "_win_train", "_alibi"),
     ] {

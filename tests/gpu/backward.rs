@@ -351,9 +351,10 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
     // The variants a tile override selects (instances after the first of their head dim): the
     // edge shapes of a head dim they run, and d = 64's two-block variant on one of 40.
     for (i, c) in BWD_CONFIGS.iter().enumerate() {
-        // (The ALiBi instance is no tile override's: Auto takes it for ALiBi alone, which the
-        // score-modifier cases draw.)
-        if c.window == 2 {
+        // (The ALiBi and window-only instances are no tile override's: Auto takes them for ALiBi
+        // alone and for windows without modifiers, which the score-modifier and window cases
+        // draw.)
+        if c.window >= 2 {
             continue;
         }
         let default = if c.window == 1 { bwd_window(c.head_dim) } else { bwd_default(c.head_dim) };

@@ -140,10 +140,8 @@ fn add_launch_bounds(ptx: &str, arch: &str) -> Result<String> {
         bounds.extend(MMA_CONFIGS.iter().zip(names).map(|(c, n)| (n, c.threads(), c.min_blocks)));
     }
     let hopper = arch == flashattn_kernels::registry::Target::Sm90a.name();
-    // (The backward's column-group and ALiBi instances exist in the sm_90a PTX only.)
-    let on_arch = |c: &flashattn_kernels::config::BwdConfig| {
-        (c.col_groups() == 1 && c.window != 2) || arch == flashattn_kernels::registry::Target::Sm90a.name()
-    };
+    // (Some backward instances exist in the sm_90a PTX only: `BwdConfig::sm90a_only`.)
+    let on_arch = |c: &flashattn_kernels::config::BwdConfig| !c.sm90a_only() || hopper;
     for names in BWD_KERNELS {
         bounds.extend(
             BWD_CONFIGS

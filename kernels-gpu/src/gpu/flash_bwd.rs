@@ -895,6 +895,7 @@ unsafe fn bwd_main<
     const NT4: usize,
     const WIN: bool,
     const ALIBI: bool,
+    const NOMOD: bool,
     const CG: usize,
     const TMA: bool,
 >(
@@ -987,8 +988,9 @@ unsafe fn bwd_main<
     // dQ added through per-warp staging rows by bulk reductions ([`stage_dq_rows`]), and the
     // query steps by counters instead of a division a step: where that measured faster (d =
     // 128's plain instance, `dq_staged`).
-    // (The instance's `BwdConfig::window`: 0 plain, 1 window, 2 ALiBi; never both flags.)
-    let window_kind = WIN as u32 | 2 * ALIBI as u32;
+    // (The instance's `BwdConfig::window`: 0 plain, 1 window, 2 ALiBi, 3 window without score
+    // modifiers (`NOMOD`, with `WIN`); never both `WIN` and `ALIBI`.)
+    let window_kind = const { if WIN && NOMOD { 3 } else { WIN as u32 | 2 * ALIBI as u32 } };
     let staged = crate::config::dq_staged(WGMMA, D as u32, W as u32, window_kind);
     // Bytes of one 64-column panel of a BM-row tile (Q, dO, P, dS).
     let pb = 128 * BM as u32;
@@ -1236,7 +1238,7 @@ unsafe fn bwd_main<
             let scale_log2 = p.scale_log2;
             // Score modifiers (masked instances; one kind per problem, chosen here once).
             // (The ALiBi instance: the plain instance's walk and dQ adds, ALiBi on every score.)
-            let kind = if WIN {
+            let kind = if WIN && !NOMOD {
                 mod_kind(p)
             } else if ALIBI {
                 MOD_ALIBI
@@ -1799,6 +1801,11 @@ macro_rules! bwd_entries {
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 2) => {
         bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, $d, $w, $b, 2);
     };
+    // The window-only instances (window kind 3) likewise: the window instance without its
+    // modifier code, which `Auto` takes on sm_90a only (where it was measured).
+    (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, 3) => {
+        bwd_entries!(@body [cfg(target_feature = "sm_90a")] $elem, $dt, $d, $w, $b, 3);
+    };
     (@one $elem:ty, $dt:literal, $d:literal, $w:literal, $b:literal, $win:tt) => {
         bwd_entries!(@body [cfg(all())] $elem, $dt, $d, $w, $b, $win);
     };
@@ -1830,8 +1837,9 @@ macro_rules! bwd_entries {
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
                         { C.dq_query_warps() as usize },
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
-                        { C.window == 1 },
+                        { C.window == 1 || C.window == 3 },
                         { C.window == 2 },
+                        { C.window == 3 },
                         { C.col_groups() as usize },
                         { C.tma_query_tiles(WGMMA) },
                     >(&p)
