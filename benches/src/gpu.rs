@@ -498,13 +498,16 @@ impl<'a> GpuRunner<'a> {
     ) -> bool {
         let layouts = [("d_o", &l.o), ("dq", &l.q), ("dk", &l.k), ("dv", &l.k)];
         let from_saved = self.args.bwd_from == BwdFromArg::Residuals;
-        row.bwd_from = Some(self.args.bwd_from.name().to_string());
         // (From a training forward's saved state, the backward reads its residuals where the
-        // forward's plan keeps them.)
+        // forward's plan keeps them; where it keeps none — e.g. a tile override that puts the
+        // forward on the `mma.sync` kernel — the row says `lse`: that backward's preprocessing
+        // makes its pass over the keys from the log-sum-exp, as without the saved state.)
         let props = self.dev.props();
         let fwd_opts = forward_options(pass, opts);
         let residuals = from_saved
             && flashattn::plan_for_backward(props, T::DTYPE, problem, &fwd_opts).is_ok_and(|p| p.residuals);
+        row.bwd_from =
+            Some(if residuals { BwdFromArg::Residuals } else { BwdFromArg::Lse }.name().to_string());
         let planned = if residuals {
             flashattn::plan_backward_from_residuals(props, T::DTYPE, problem, opts, layouts)
         } else {

@@ -282,10 +282,12 @@ pub struct Row {
     pub bytes_model: Option<f64>,
     /// Bytes of every input and output once.
     pub bytes_compulsory: Option<f64>,
-    /// GPU backward rows: what the backward started from — `residuals` (a training forward's
-    /// saved state, `Device::attention_backward_saved`; the kernel that ran says whether its
-    /// preprocessing took the residuals: `flash_bwd_prep_res_…`) or `lse`; absent on forward rows
-    /// and in records written before the choice existed (which started from the log-sum-exp).
+    /// GPU backward rows: what the backward's preprocessing started from — `residuals` (a
+    /// training forward's saved residuals, `Device::attention_backward_saved`) or `lse` (the
+    /// log-sum-exp; also where `--bwd-from residuals` met a training forward whose plan keeps no
+    /// residuals, e.g. under a tile override; before session 31 such rows said `residuals`);
+    /// absent on forward rows and in records written before the choice existed (which started
+    /// from the log-sum-exp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bwd_from: Option<String>,
     /// Memory order of the timed tensors (`bshd`, `bhsd`) where the run chose one (`--layout`);
