@@ -822,7 +822,9 @@ pub(crate) fn backward_key_major(problem: &Problem, config: &BwdConfig) -> u32 {
     let pairs = problem.k().heads * problem.batch();
     let group = (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1);
     let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
-    let ordered = problem.causal() && config.window != 1 && pairs > 16 && key_tiles <= MAX_GRID[1];
+    // (The window instances, kinds 1 and 3, read their grid head-major only.)
+    let ordered =
+        problem.causal() && matches!(config.window, 0 | 2) && pairs > 16 && key_tiles <= MAX_GRID[1];
     if ordered && group > 1 { group as u32 } else { 0 }
 }
 
