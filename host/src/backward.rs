@@ -184,7 +184,8 @@ impl Device {
         let rows = problem.lse_len() as u64;
         attn.partial_rows = rows;
         let acc_bytes = 4 * rows * problem.head_dim() as u64;
-        let scratch_bytes = crate::plan::backward_scratch_bytes(problem, deterministic);
+        let tile_counters = crate::plan::backward_plan_tile_counters(plan);
+        let scratch_bytes = crate::plan::backward_scratch_bytes(problem, deterministic, tile_counters);
         let scratch = self.alloc_scratch_on(stream, scratch_bytes, plan.scratch_bytes, || {
             format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")
         })?;
@@ -209,6 +210,13 @@ impl Device {
             kv_heads: problem.k().heads as u32,
             // After the accumulator and the 16-byte statistics rows.
             locks: if deterministic { scratch.device_address() + acc_bytes + 16 * rows } else { 0 },
+            // After the turn counters, if any.
+            dq_ready: if tile_counters {
+                let locks_bytes = if deterministic { 4 * crate::plan::backward_locks(problem) } else { 0 };
+                scratch.device_address() + acc_bytes + 16 * rows + locks_bytes
+            } else {
+                0
+            },
             residual_rows: io.residuals.map_or(0, |r| r.2),
             o: io.residuals.map_or(0, |r| r.0),
             o_lo: io.residuals.map_or(0, |r| r.1),

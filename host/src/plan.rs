@@ -822,9 +822,8 @@ pub(crate) fn backward_key_major(problem: &Problem, config: &BwdConfig) -> u32 {
     let pairs = problem.k().heads * problem.batch();
     let group = (1..=16).rev().find(|g| pairs % g == 0).unwrap_or(1);
     let key_tiles = problem.max_lens().1.div_ceil(config.block_n() as usize) as u64;
-    // (The window instances, kinds 1 and 3, read their grid head-major only.)
-    let ordered =
-        problem.causal() && matches!(config.window, 0 | 2) && pairs > 16 && key_tiles <= MAX_GRID[1];
+    // (The window instances read their grid head-major only.)
+    let ordered = problem.causal() && !config.windowed_walk() && pairs > 16 && key_tiles <= MAX_GRID[1];
     if ordered && group > 1 { group as u32 } else { 0 }
 }
 
@@ -1695,6 +1694,13 @@ fn backward_plan(
         }
     )];
     let mut why = why;
+    if tile_counters(&config, wgmma) {
+        why.push(
+            "dQ converted a query tile at a time as soon as the last key block walking it is done (a counter \
+             per tile), under the main kernel's last blocks"
+                .into(),
+        );
+    }
     if config.col_groups() > 1 {
         why.push(format!(
             "column groups: the block's {} warpgroups share its {} keys and split the head dim's columns \
@@ -1742,7 +1748,8 @@ fn backward_plan(
         method,
         launches,
         tiles: Some((tiles.0 as usize, tiles.1 as usize)),
-        scratch_bytes: offsets_bytes(problem) + backward_scratch_bytes(problem, opts.deterministic),
+        scratch_bytes: offsets_bytes(problem)
+            + backward_scratch_bytes(problem, opts.deterministic, tile_counters(&config, wgmma)),
         not_taken: Vec::new(),
         splits: 1,
         gqa_packed: false,
@@ -1783,11 +1790,31 @@ fn masked_features(problem: &Problem) -> Option<(Reason, String)> {
 }
 
 /// Device bytes of the backward's scratch: the f32 dQ accumulator (a row per log-sum-exp row),
-/// four f32 statistics per row (one 16-byte row), and in deterministic mode a u32 turn counter per query tile
-/// ([`backward_locks`]).
-pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool) -> u64 {
-    let locks = if deterministic { 4 * backward_locks(problem) } else { 0 };
-    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 4) + locks
+/// four f32 statistics per row (one 16-byte row), in deterministic mode a u32 turn counter per
+/// query tile ([`backward_locks`]), and with `tile_counters` ([`tile_counters`]) as many
+/// readiness counters after them.
+pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool, tile_counters: bool) -> u64 {
+    let words = deterministic as u64 + tile_counters as u64;
+    4 * problem.lse_len() as u64 * (problem.head_dim() as u64 + 4) + 4 * words * backward_locks(problem)
+}
+
+/// Whether the backward's dQ conversion waits for each query tile's own key blocks
+/// (`BwdParams::dq_ready`: a counter a tile, set by the preprocessing kernel, counted down by
+/// the main kernel's blocks) instead of the main kernel's whole grid: for the window walks
+/// ([`BwdConfig::tile_counters`]) on sm_90a, where the conversion is a programmatic dependent
+/// of the main kernel and so runs under its last blocks. (The other walks: not measured yet.)
+pub(crate) fn tile_counters(config: &BwdConfig, wgmma: bool) -> bool {
+    wgmma && config.tile_counters()
+}
+
+/// [`tile_counters`] of a backward plan (false for a plan without a main kernel, or whose
+/// launches are not programmatic dependents).
+pub(crate) fn backward_plan_tile_counters(plan: &Plan) -> bool {
+    let main = plan.launches.iter().find_map(|l| match l.kernel?.info().family {
+        Family::BwdMma(_, i) => Some((BWD_CONFIGS[i], l.after_previous)),
+        _ => None,
+    });
+    main.is_some_and(|(c, dependent)| tile_counters(&c, dependent))
 }
 
 /// Turn counters of the deterministic backward: one per (sequence, query head, query tile of

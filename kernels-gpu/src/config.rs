@@ -300,6 +300,23 @@ impl BwdConfig {
         self.col_groups() > 1 || self.window >= 2
     }
 
+    /// Whether the main kernel walks with a window (kinds 1 and 3: each key block visits only the
+    /// query tiles whose windows hold its keys, `mask::query_range`). These instances read their
+    /// grid head-major only (`x` = key tile, `y` = K/V head, `z` = sequence: reading it through
+    /// the key-major selection cost their walk 1–3%, NOTES b40), so the planner never orders
+    /// them key-major; the kernel's `WIN` parameter and the planner both ask this function.
+    pub const fn windowed_walk(&self) -> bool {
+        self.window == 1 || self.window == 3
+    }
+
+    /// Whether the main kernel counts down the dQ conversion's tile counters
+    /// (`BwdParams::dq_ready`, sm_90a) at the end of its walk: the window walks, but d = 128's
+    /// window instance with score modifiers (kind 1), which spilled 8 bytes with that code
+    /// (ptxas 13.0, 255 registers); the host sets the counters only for these instances.
+    pub const fn tile_counters(&self) -> bool {
+        self.windowed_walk() && !(self.window == 1 && self.head_dim == 128)
+    }
+
     /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].
     pub const fn block_n(&self) -> u32 {
         16 * self.warps / self.col_groups()

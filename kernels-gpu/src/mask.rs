@@ -98,6 +98,69 @@ pub fn query_range(
     (first as u32, end as u32)
 }
 
+/// The query tiles (of `bm` rows) that the backward's window walk visits for the key block
+/// `key0..key0 + keys`: `first..end`, from [`query_range`] — the tile of its first query up to
+/// the tile past its last (`end ≥ first`; the main kernel's window instances walk exactly these,
+/// for every query head of the K/V head's group).
+#[inline(always)]
+pub fn window_block_tiles(
+    key0: u32,
+    keys: u32,
+    bm: u32,
+    len_q: u32,
+    len_k: u32,
+    causal: bool,
+    left: u32,
+    right: u32,
+) -> (u32, u32) {
+    let bm = bm.max(1);
+    let (q_first, q_end) = query_range(key0, keys, len_q, len_k, causal, left, right);
+    let first = q_first / bm;
+    (first, q_end.div_ceil(bm).max(first))
+}
+
+/// How many of the backward's window-walk key blocks (`bn` keys each, the last one partial)
+/// visit query tile `tile` (of `bm` rows) by [`window_block_tiles`]: the count the dQ
+/// conversion waits for before it converts the tile. Both ends of a block's tile range grow with
+/// the block, so the visitors are the blocks `lo..hi` found by two binary searches
+/// (`O(log(len_k / bn))`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn window_tile_visitors(
+    tile: u32,
+    bm: u32,
+    bn: u32,
+    len_q: u32,
+    len_k: u32,
+    causal: bool,
+    left: u32,
+    right: u32,
+) -> u32 {
+    let bn = bn.max(1);
+    let blocks = len_k.div_ceil(bn);
+    let tiles_of = |kb: u32| {
+        let key0 = kb * bn;
+        window_block_tiles(key0, (len_k - key0).min(bn), bm, len_q, len_k, causal, left, right)
+    };
+    // The first block in 0..blocks for which `past` holds (`past` monotone: false, then true).
+    let partition = |past: &dyn Fn(u32) -> bool| {
+        let (mut lo, mut hi) = (0u32, blocks);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if past(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    };
+    // Blocks from `hi` on start past the tile; blocks before `lo` end at or before it.
+    let hi = partition(&|kb| tiles_of(kb).0 > tile);
+    let lo = partition(&|kb| tiles_of(kb).1 > tile);
+    hi.saturating_sub(lo)
+}
+
 /// [`visible`] for host-side `usize` coordinates (no truncation to 32 bits).
 #[inline]
 pub fn visible_usize(t: usize, j: usize, len_q: usize, len_k: usize) -> bool {
@@ -162,6 +225,43 @@ mod tests {
                                         "{key0}+{n} of {len_q}x{len_k} {causal} {l} {r}"
                                     );
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The window walk's visitor counts against the walk itself: every key block's tiles
+    /// enumerated.
+    #[test]
+    fn window_tile_visitors_count_the_walk() {
+        for (len_q, len_k) in [(1u32, 1u32), (5, 0), (0, 5), (64, 64), (100, 37), (37, 300), (300, 300), (513, 700)] {
+            for (bm, bn) in [(64u32, 128u32), (64, 64), (16, 32)] {
+                for causal in [false, true] {
+                    for l in [0, 1, 63, 64, 100, 257, UNBOUNDED] {
+                        for r in [0, 5, 128, UNBOUNDED] {
+                            let tiles = len_q.div_ceil(bm);
+                            let mut expect = Vec::from_iter(core::iter::repeat_n(0u32, tiles as usize + 8));
+                            for kb in 0..len_k.div_ceil(bn) {
+                                let key0 = kb * bn;
+                                let keys = (len_k - key0).min(bn);
+                                let (f, e) = window_block_tiles(key0, keys, bm, len_q, len_k, causal, l, r);
+                                // (As the main kernel walks: `first..first + per_head`.)
+                                let (q_first, q_end) = query_range(key0, keys, len_q, len_k, causal, l, r);
+                                assert_eq!(f, q_first / bm);
+                                assert_eq!(e, f + q_end.div_ceil(bm).saturating_sub(q_first / bm));
+                                for t in f..e {
+                                    expect[t as usize] += 1;
+                                }
+                            }
+                            for t in 0..tiles + 8 {
+                                let got = window_tile_visitors(t, bm, bn, len_q, len_k, causal, l, r);
+                                assert_eq!(
+                                    got, expect[t as usize],
+                                    "tile {t} of {len_q}x{len_k} bm {bm} bn {bn} causal {causal} l {l} r {r}"
+                                );
                             }
                         }
                     }

@@ -222,6 +222,15 @@ pub struct BwdParams {
     /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then
     /// sets it to `j + 1`. 0: atomic adds in any order.
     pub locks: u64,
+    /// Window walks on sm_90a (the main kernel's `WIN` instances; the host's rule:
+    /// `backward_tile_counters`): one u32 per (sequence, query head, query tile), indexed as
+    /// `locks`, that the preprocessing kernel sets to the number of key blocks whose walk visits
+    /// the tile ([`crate::mask::window_tile_visitors`]) and each of those blocks decrements,
+    /// with release semantics, once its walk is over. The conversion kernel, a programmatic
+    /// dependent of the main kernel, then converts each tile as soon as its word reads 0 —
+    /// under the main kernel's last blocks — instead of after the whole grid. 0: the
+    /// conversion waits for the main kernel's grid.
+    pub dq_ready: u64,
     /// The forward's residuals (a training forward, [`WgmmaParams::residual_rows`]), or 0: the
     /// rows' `[offset, ℓ]`. With them the preprocessing kernel takes `D = dO·(O + O_lo)` from the
     /// forward's output instead of a pass over the keys (query tiles with a flagged row excepted).

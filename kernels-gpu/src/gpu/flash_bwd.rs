@@ -62,8 +62,8 @@ use super::arch::shuffle;
 #[cfg(target_feature = "sm_90a")]
 use super::arch::thread::sync_threads_or;
 use super::arch::thread::{
-    block_x, block_xyz_opaque, block_y, block_z, let_dependent_grid_start, sync_threads, thread_x,
-    thread_x_opaque, wait_for_previous_grid,
+    block_x, block_xyz_opaque, block_y, block_z, global_timer_ns, let_dependent_grid_start, nanosleep,
+    sync_threads, thread_x, thread_x_opaque, wait_for_previous_grid,
 };
 #[cfg(target_feature = "sm_90a")]
 use super::arch::tma;
@@ -291,6 +291,16 @@ unsafe fn bwd_prep<
         };
         // SAFETY: one counter per block of this grid (host sizing).
         unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), first) };
+    }
+    // Window walks on sm_90a: the number of key blocks that will add to this query tile, which
+    // the conversion kernel waits to see counted down to 0 (`BwdParams::dq_ready`).
+    #[cfg(target_feature = "sm_90a")]
+    if WIN && bp.dq_ready != 0 && thread_x() == 0 {
+        let tile = block_x();
+        let (l, r) = (p.window_left, p.window_right);
+        let visitors = mask::window_tile_visitors(tile, BM as u32, p.block_n, seq.len_q, seq.len_k, causal, l, r);
+        // SAFETY: one counter per block of this grid (host sizing).
+        unsafe { global::store_u32(bp.dq_ready + 4 * lock_index(bp, z, h, tile), visitors) };
     }
     if m0 >= seq.len_q {
         return;
@@ -898,6 +908,7 @@ unsafe fn bwd_main<
     const NOMOD: bool,
     const CG: usize,
     const TMA: bool,
+    const TC: bool,
 >(
     bp: &BwdParams,
 ) {
@@ -1573,6 +1584,38 @@ unsafe fn bwd_main<
         #[cfg(target_feature = "sm_90a")]
         tma::bulk_wait::<0>();
     }
+    // Window walks on sm_90a (`BwdParams::dq_ready`, `BwdConfig::tile_counters`): every warp's
+    // dQ adds issued (the barrier), one fence makes warp 0's decrements releases of them, one
+    // per (head, query tile) of the walk; a tile's last visitor lets the conversion kernel
+    // convert it.
+    #[cfg(target_feature = "sm_90a")]
+    if TC && bp.dq_ready != 0 {
+        sync_threads();
+        let lane = thread_x_opaque();
+        if lane < 32 {
+            global::fence_acq_rel_gpu();
+            // The walk's tiles computed again from the block's indices (nothing kept live from
+            // the loop: with `step` here the d = 128 window instance spilled 8 bytes).
+            let (key_tile, kv_h, z) = block();
+            // SAFETY: as at the start.
+            let seq = unsafe { SeqView::of(p, z) };
+            let n0 = key_tile * BN as u32;
+            let keys = (seq.len_k - n0).min(BN as u32);
+            let (l, r) = (p.window_left, p.window_right);
+            let (first, end) =
+                mask::window_block_tiles(n0, keys, BM as u32, seq.len_q, seq.len_k, p.causal != 0, l, r);
+            let per_head = (end - first).max(1);
+            let steps = p.group.max(1) * (end - first);
+            let mut it = lane;
+            while it < steps {
+                let (h, tile) = (kv_h * p.group.max(1) + it / per_head, first + it % per_head);
+                // SAFETY: the counter of a query tile of this sequence (host sizing); every
+                // visitor decrements it once, from the count the preprocessing kernel set.
+                unsafe { global::red_release_add_u32(bp.dq_ready + 4 * lock_index(bp, z, h, tile), u32::MAX) };
+                it += 32;
+            }
+        }
+    }
 
     // dK (scaled) and dV of this warp's keys and columns; keys past the end and columns past
     // the head dim are not written.
@@ -1751,14 +1794,34 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
 /// As [`bwd_prep`], with the accumulator complete; launch with [`PT`] threads.
 #[inline(always)]
 unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
-    // A programmatic dependent of the main kernel (sm_90a): the accumulator complete first.
-    wait_for_previous_grid();
+    // A programmatic dependent of the main kernel (sm_90a): the accumulator complete first —
+    // the whole grid, or with the window walks' tile counters (`BwdParams::dq_ready`) this
+    // block's query tile.
+    let per_tile = WGMMA && bp.dq_ready != 0;
+    if !per_tile {
+        wait_for_previous_grid();
+    }
     let p = &bp.attn;
     let (h, z) = (block_y(), block_z());
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
     let m0 = block_x() * BM as u32;
-    if m0 >= seq.len_q {
+    if per_tile {
+        // The grid completes after the main kernel's (its blocks' dK and dV stores follow their
+        // decrements): block (0, 0, 0) waits for that grid at the end, so that whatever the
+        // stream runs next sees both.
+        if m0 >= seq.len_q {
+            if block_x() == 0 && h == 0 && z == 0 {
+                wait_for_previous_grid();
+            }
+            return;
+        }
+        if thread_x() == 0 {
+            // SAFETY: this tile's counter (host sizing), set by the preprocessing kernel.
+            unsafe { wait_for_tile(bp.dq_ready + 4 * lock_index(bp, z, h, block_x())) };
+        }
+        sync_threads();
+    } else if m0 >= seq.len_q {
         return;
     }
     let d = p.head_dim;
@@ -1770,7 +1833,7 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
         let row = m0 + r;
         let src = bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + 8 * c as u64);
         // SAFETY: 8 floats of the row's accumulator, 16-byte aligned (host sizing).
-        let (a, b) = unsafe { (global::load_f32x4(src), global::load_f32x4(src + 16)) };
+        let (a, b) = unsafe { (global::load_f32x4_l2(src), global::load_f32x4_l2(src + 16)) };
         let s = bp.scale;
         let v = [
             E::pack(a[0] * s, a[1] * s),
@@ -1783,7 +1846,36 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
         unsafe { global::store_u32x4(dst, v) };
         i += PT as u32;
     }
+    if per_tile && block_x() == 0 && h == 0 && z == 0 {
+        wait_for_previous_grid();
+    }
 }
+
+/// Waits until the tile counter at `addr` reads 0 (acquire: the adds its visitors released are
+/// then visible to this thread, and after a barrier to its block). Bounded: after
+/// [`TILE_WAIT_NS`] it waits for the main kernel's whole grid instead, which is always correct
+/// (the counts are a shortcut, unit-tested against the walk), so that a count that never
+/// reached 0 would cost time, never a hang.
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned global address of a counter other threads only
+/// change atomically.
+#[inline(always)]
+unsafe fn wait_for_tile(addr: u64) {
+    let start = global_timer_ns();
+    // SAFETY: caller's contract.
+    while unsafe { global::load_acquire_u32(addr) } != 0 {
+        if global_timer_ns().wrapping_sub(start) > TILE_WAIT_NS {
+            wait_for_previous_grid();
+            return;
+        }
+        nanosleep(256);
+    }
+}
+
+/// How long [`wait_for_tile`] polls before it waits for the main kernel's grid: longer than a
+/// window block's walk at the sizes measured (~0.1 ms).
+const TILE_WAIT_NS: u64 = 2_000_000;
 
 /// The entry points of one [`crate::for_each_bwd_instance!`] group and element type.
 macro_rules! bwd_entries {
@@ -1837,11 +1929,12 @@ macro_rules! bwd_entries {
                         { (C.head_dim / 8 / (C.warps / C.kv_key_warps())) as usize },
                         { C.dq_query_warps() as usize },
                         { (C.head_dim / 8 / (C.warps / C.dq_query_warps())) as usize },
-                        { C.window == 1 || C.window == 3 },
+                        { C.windowed_walk() },
                         { C.window == 2 },
                         { C.window == 3 },
                         { C.col_groups() as usize },
                         { C.tma_query_tiles(WGMMA) },
+                        { C.tile_counters() },
                     >(&p)
                 }
             }

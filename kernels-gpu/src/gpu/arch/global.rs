@@ -243,6 +243,23 @@ pub unsafe fn load_f32x4_rw(addr: u64) -> [f32; 4] {
     [x, y, z, w]
 }
 
+/// `ld.global.cg.v4.f32`: four f32 read from the L2 (not cached in L1), which blocks of a grid
+/// still running may have written: the dQ conversion reads a query tile's accumulator once the
+/// main kernel's blocks have published it complete ([`red_release_add_u32`]).
+///
+/// # Safety
+/// `addr` must be a valid, 16-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_f32x4_l2(addr: u64) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    // SAFETY: caller's contract.
+    unsafe {
+        asm!("ld.global.cg.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];",
+             x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, a = in(reg64) addr)
+    };
+    [x, y, z, w]
+}
+
 /// `ld.global.v2.f32` (coherent, not `.nc`): two f32 that this kernel overwrites after reading
 /// them (a running context-parallel result, read and rewritten in place by the same thread).
 ///
@@ -336,6 +353,28 @@ pub unsafe fn load_acquire_u32(addr: u64) -> u32 {
     // SAFETY: caller's contract.
     unsafe { asm!("ld.acquire.gpu.global.u32 {x}, [{a}];", x = out(reg32) x, a = in(reg64) addr) };
     x
+}
+
+/// `fence.acq_rel.gpu`: this thread's later writes are ordered after every write it has seen
+/// (with a barrier before it: the block's). Followed by relaxed atomics
+/// ([`red_release_add_u32`]) it makes them releases, one fence for all of them.
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence; it changes no memory.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
+
+/// `red.relaxed.gpu.global.add.u32`: adds `x` (wrapping: `u32::MAX` takes one) to the word at
+/// `addr`, without a result. After [`fence_acq_rel_gpu`] it publishes what the fence ordered
+/// before it to a thread that reads the word with [`load_acquire_u32`].
+///
+/// # Safety
+/// `addr` must be a valid, 4-byte aligned, writable global address of a word other threads only
+/// change atomically.
+#[inline(always)]
+pub unsafe fn red_release_add_u32(addr: u64, x: u32) {
+    // SAFETY: caller's contract.
+    unsafe { asm!("red.relaxed.gpu.global.add.u32 [{a}], {x};", a = in(reg64) addr, x = in(reg32) x) };
 }
 
 /// `fence.acq_rel.gpu` then `st.release.gpu.global.u32`: publishes a turn counter after every

@@ -175,3 +175,20 @@ pub fn let_dependent_grid_start() {
         core::arch::asm!("griddepcontrol.launch_dependents;", options(nostack, nomem))
     }
 }
+
+/// `%globaltimer`: the GPU's nanosecond clock (sm_70+), for bounded waits.
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register.
+    unsafe { core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack, nomem)) };
+    t
+}
+
+/// `nanosleep.u32`: suspends the thread for about `ns` nanoseconds (sm_70+; the hardware may
+/// wake it earlier), so that a polling loop leaves the issue slots to others.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    // SAFETY: a pause; it changes no memory.
+    unsafe { core::arch::asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nostack, nomem)) };
+}
