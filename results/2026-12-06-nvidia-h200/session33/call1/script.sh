@@ -23,8 +23,10 @@ W="run --seqlens 1024 --batch 1 --heads 2 --head-dims 64,128,256 --mask causal -
 ( ( time timeout 220 ./tests/gpu-new --test-threads 4 backward:: ) > $R/tests-backward.log 2>&1; echo "backward tests rc $?" >> $R/rc.txt ) &
 ( FLASHATTN_TEST_SMALL=1 FLASHATTN_GPU_CASES=3 timeout 220 compute-sanitizer --tool memcheck --error-exitcode 97 ./tests/gpu-new --test-threads 1 backward::shapes_bf16 > $R/san-memcheck-shapes_bf16.log 2>&1; echo "memcheck shapes rc $?" >> $R/rc.txt ) &
 ( FLASHATTN_TEST_SMALL=1 timeout 220 compute-sanitizer --tool memcheck --error-exitcode 97 ./tests/gpu-new --test-threads 1 backward::deterministic > $R/san-memcheck-det.log 2>&1; echo "memcheck det rc $?" >> $R/rc.txt ) &
+( run check-new 120 ./bin/bench-new run --seqlens 16384 --batch 1 --heads 16 --head-dims 64,128 --mask causal --window 1024 --dtype bf16 --methods auto --pass bwd --bwd-from residuals --check oracle --complete-path none --no-report ) &
 wait; el
 cat $R/rc.txt
+grep -iE "error|rule|fail|pass" $R/check-new.log | head -12
 grep -hE "^test .*FAILED|test result|worst rule" $R/tests-*.log | head -20
 grep -hE 'ERROR SUMMARY|test result' $R/san-*.log
 grep -hA16 "^---- " $R/tests-*.log | head -40
