@@ -103,6 +103,7 @@ pub fn query_range(
 /// the tile past its last (`end ≥ first`; the main kernel's window instances walk exactly these,
 /// for every query head of the K/V head's group).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn window_block_tiles(
     key0: u32,
     keys: u32,
@@ -237,7 +238,9 @@ mod tests {
     /// enumerated.
     #[test]
     fn window_tile_visitors_count_the_walk() {
-        for (len_q, len_k) in [(1u32, 1u32), (5, 0), (0, 5), (64, 64), (100, 37), (37, 300), (300, 300), (513, 700)] {
+        for (len_q, len_k) in
+            [(1u32, 1u32), (5, 0), (0, 5), (64, 64), (100, 37), (37, 300), (300, 300), (513, 700)]
+        {
             for (bm, bn) in [(64u32, 128u32), (64, 64), (16, 32)] {
                 for causal in [false, true] {
                     for l in [0, 1, 63, 64, 100, 257, UNBOUNDED] {

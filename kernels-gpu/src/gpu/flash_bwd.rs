@@ -298,7 +298,8 @@ unsafe fn bwd_prep<
     if WIN && bp.dq_ready != 0 && thread_x() == 0 {
         let tile = block_x();
         let (l, r) = (p.window_left, p.window_right);
-        let visitors = mask::window_tile_visitors(tile, BM as u32, p.block_n, seq.len_q, seq.len_k, causal, l, r);
+        let visitors =
+            mask::window_tile_visitors(tile, BM as u32, p.block_n, seq.len_q, seq.len_k, causal, l, r);
         // SAFETY: one counter per block of this grid (host sizing).
         unsafe { global::store_u32(bp.dq_ready + 4 * lock_index(bp, z, h, tile), visitors) };
     }
@@ -1611,7 +1612,9 @@ unsafe fn bwd_main<
                 let (h, tile) = (kv_h * p.group.max(1) + it / per_head, first + it % per_head);
                 // SAFETY: the counter of a query tile of this sequence (host sizing); every
                 // visitor decrements it once, from the count the preprocessing kernel set.
-                unsafe { global::red_release_add_u32(bp.dq_ready + 4 * lock_index(bp, z, h, tile), u32::MAX) };
+                unsafe {
+                    global::red_release_add_u32(bp.dq_ready + 4 * lock_index(bp, z, h, tile), u32::MAX)
+                };
                 it += 32;
             }
         }
