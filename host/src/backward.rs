@@ -184,7 +184,7 @@ impl Device {
         let rows = problem.lse_len() as u64;
         attn.partial_rows = rows;
         let acc_bytes = 4 * rows * problem.head_dim() as u64;
-        let tile_counters = crate::plan::backward_plan_tile_counters(plan);
+        let tile_counters = crate::plan::backward_plan_tile_counters(plan, problem);
         let scratch_bytes = crate::plan::backward_scratch_bytes(problem, deterministic, tile_counters);
         let scratch = self.alloc_scratch_on(stream, scratch_bytes, plan.scratch_bytes, || {
             format!("the backward's f32 dQ accumulator and row statistics ({rows} rows)")

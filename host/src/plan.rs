@@ -1694,7 +1694,7 @@ fn backward_plan(
         }
     )];
     let mut why = why;
-    if tile_counters(&config, wgmma) {
+    if tile_counters(problem, &config, wgmma) {
         why.push(
             "dQ converted a query tile at a time as soon as the last key block walking it is done (a counter \
              per tile), under the main kernel's last blocks"
@@ -1749,7 +1749,7 @@ fn backward_plan(
         launches,
         tiles: Some((tiles.0 as usize, tiles.1 as usize)),
         scratch_bytes: offsets_bytes(problem)
-            + backward_scratch_bytes(problem, opts.deterministic, tile_counters(&config, wgmma)),
+            + backward_scratch_bytes(problem, opts.deterministic, tile_counters(problem, &config, wgmma)),
         not_taken: Vec::new(),
         splits: 1,
         gqa_packed: false,
@@ -1802,19 +1802,29 @@ pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool, til
 /// (`BwdParams::dq_ready`: a counter a tile, set by the preprocessing kernel, counted down by
 /// the main kernel's blocks) instead of the main kernel's whole grid: for the window walks
 /// ([`BwdConfig::tile_counters`]) on sm_90a, where the conversion is a programmatic dependent
-/// of the main kernel and so runs under its last blocks. (The other walks: not measured yet.)
-pub(crate) fn tile_counters(config: &BwdConfig, wgmma: bool) -> bool {
-    wgmma && config.tile_counters()
+/// of the main kernel and so runs under its last blocks, when the accumulator it converts is
+/// at least [`TILE_COUNTERS_FROM_BYTES`]. (The other walks: not measured yet.)
+pub(crate) fn tile_counters(problem: &Problem, config: &BwdConfig, wgmma: bool) -> bool {
+    let accumulator = 4 * problem.lse_len() as u64 * problem.head_dim() as u64;
+    wgmma && config.tile_counters() && accumulator >= TILE_COUNTERS_FROM_BYTES
 }
 
-/// [`tile_counters`] of a backward plan (false for a plan without a main kernel, or whose
-/// launches are not programmatic dependents).
-pub(crate) fn backward_plan_tile_counters(plan: &Plan) -> bool {
+/// The smallest f32 dQ accumulator whose conversion [`tile_counters`] moves under the main
+/// kernel's last blocks. Measured (session 33, H100, N = 16384, H = 16, causal windows, against
+/// the grid-wide wait): 134 MiB accumulators −0.6 to −5.2% backward time, but single-query
+/// rows (8–16 KiB, one query tile a head that every key block visits, so nothing to convert
+/// before the end) +0.6 to +6.3% — the blocks' end-of-walk barrier and fence and the polls,
+/// with no conversion to hide. 16 MiB is ~8 µs of conversion traffic on an H100.
+pub(crate) const TILE_COUNTERS_FROM_BYTES: u64 = 16 << 20;
+
+/// [`tile_counters`] of a backward plan for `problem` (false for a plan without a main kernel,
+/// or whose launches are not programmatic dependents).
+pub(crate) fn backward_plan_tile_counters(plan: &Plan, problem: &Problem) -> bool {
     let main = plan.launches.iter().find_map(|l| match l.kernel?.info().family {
         Family::BwdMma(_, i) => Some((BWD_CONFIGS[i], l.after_previous)),
         _ => None,
     });
-    main.is_some_and(|(c, dependent)| tile_counters(&c, dependent))
+    main.is_some_and(|(c, dependent)| tile_counters(problem, &c, dependent))
 }
 
 /// Turn counters of the deterministic backward: one per (sequence, query head, query tile of

@@ -636,15 +636,16 @@ fn backward_key_tiles_in_key_major_order_where_walks_differ() {
 }
 
 /// On sm_90a the window walks' dQ conversion waits per query tile (counters the main kernel's
-/// blocks count down) instead of for the whole main grid: the plan says so and its scratch
-/// holds one u32 a (sequence, query head, query tile). Not without a window, not for d = 128's
-/// window instance with score modifiers (no counters in its code: it spilled with them), not on
-/// sm_80 (no programmatic dependent launches there).
+/// blocks count down) instead of for the whole main grid, where its f32 accumulator is 16 MiB
+/// or more: the plan says so and its scratch holds one u32 a (sequence, query head, query
+/// tile). Not without a window, not for d = 128's window instance with score modifiers (no
+/// counters in its code: it spilled with them), not on sm_80 (no programmatic dependent
+/// launches there), not for a small accumulator (single-query rows measured slower with them).
 #[test]
 fn backward_window_walks_convert_per_tile() {
     use flashattn::{Window, plan_backward};
-    let plan = |props: &DeviceProps, d: usize, opts: &AttentionOptions| {
-        let l = Layout::bshd(2, 1000, 4, d);
+    let plan = |props: &DeviceProps, n: usize, d: usize, opts: &AttentionOptions| {
+        let l = Layout::bshd(4, n, 16, d);
         let layouts = [("d_o", &l), ("dq", &l), ("dk", &l), ("dv", &l)];
         let p = plan_backward(props, DType::BF16, &problem(l, l, opts), opts, layouts).unwrap();
         (p.why.iter().any(|w| w.contains("a query tile at a time")), p.scratch_bytes)
@@ -654,18 +655,20 @@ fn backward_window_walks_convert_per_tile() {
     let causal_window = AttentionOptions { window, ..causal.clone() };
     let softcap_window = AttentionOptions { softcap: Some(30.0), ..causal_window.clone() };
     let (h200, a100) = (DeviceProps::h200(), DeviceProps::a100());
-    // 2 sequences × 4 heads × 16 query tiles of 64 rows: 128 counters.
-    let (on, with) = plan(&h200, 128, &causal_window);
-    let (off, without) = plan(&a100, 128, &causal_window);
+    // 4 sequences × 16 heads × 64 query tiles of 64 rows: 4096 counters (a 128 MiB accumulator).
+    let (on, with) = plan(&h200, 4096, 128, &causal_window);
+    let (off, without) = plan(&a100, 4096, 128, &causal_window);
     assert!(on && !off);
-    assert_eq!(with - without, 4 * 128);
+    assert_eq!(with - without, 4 * 4096);
+    // d = 32 at 4096 queries: a 32 MiB accumulator; at 1024, 8 MiB.
     for d in [32, 64, 256] {
-        assert!(plan(&h200, d, &causal_window).0, "d = {d}");
-        assert!(plan(&h200, d, &softcap_window).0, "d = {d} with a softcap");
+        assert!(plan(&h200, 4096, d, &causal_window).0, "d = {d}");
+        assert!(plan(&h200, 4096, d, &softcap_window).0, "d = {d} with a softcap");
     }
-    assert!(!plan(&h200, 128, &softcap_window).0);
-    assert!(!plan(&h200, 128, &causal).0);
-    assert!(!plan(&h200, 64, &AttentionOptions::default()).0);
+    assert!(!plan(&h200, 1024, 32, &causal_window).0);
+    assert!(!plan(&h200, 4096, 128, &softcap_window).0);
+    assert!(!plan(&h200, 4096, 128, &causal).0);
+    assert!(!plan(&h200, 4096, 64, &AttentionOptions::default()).0);
 }
 
 /// ALiBi alone (no window, no softcap) runs the backward's ALiBi instance on sm_90a where it
