@@ -310,11 +310,15 @@ impl BwdConfig {
     }
 
     /// Whether the main kernel counts down the dQ conversion's tile counters
-    /// (`BwdParams::dq_ready`, sm_90a) at the end of its walk: the window walks, but d = 128's
-    /// window instance with score modifiers (kind 1), which spilled 8 bytes with that code
-    /// (ptxas 13.0, 255 registers); the host sets the counters only for these instances.
+    /// (`BwdParams::dq_ready`, sm_90a) at the end of its walk; the host sets the counters only
+    /// for these instances. The d = 64 window walk, where they measured −4.6% (H200) and −5.2%
+    /// (H100) backward time at window 1024 (NOTES b47). Not the others: at d = 128 they
+    /// measured −0.6 to −3.7% on an H100 but −0.4 to +1.7% on an H200 (its faster conversion
+    /// leaves less to hide than the blocks' end-of-walk barrier and fence cost), d = 128's
+    /// window instance with score modifiers spilled 8 bytes with them, and d = 32 and 256 were
+    /// not measured.
     pub const fn tile_counters(&self) -> bool {
-        self.windowed_walk() && !(self.window == 1 && self.head_dim == 128)
+        self.windowed_walk() && self.head_dim == 64
     }
 
     /// Keys per block of the main kernel: 16 a warp, shared by [`BwdConfig::col_groups`].

@@ -342,11 +342,12 @@ fn shapes<T: Element>(dev: &Device) -> Result<(), String> {
         windowed.window = w(Some(100), Some(0));
         specs.push(windowed);
     }
-    // The window walks' per-tile dQ conversion (sm_90a, a 16 MiB accumulator or more: the
-    // conversion waits for each query tile's own key blocks, `BwdParams::dq_ready`): queries
-    // many, keys few (the oracle's cost), so that most query tiles have no visitor (the
-    // bottom-right mask leaves the first Nq − Nk rows without keys) and the others one or two;
-    // causal at d = 128 (the window-only instance), two-sided without the mask at d = 64.
+    // The d = 64 window walk's per-tile dQ conversion (sm_90a, a 16 MiB accumulator or more:
+    // the conversion waits for each query tile's own key blocks, `BwdParams::dq_ready`):
+    // queries many, keys few (the oracle's cost), so that most query tiles have no visitor (the
+    // bottom-right mask leaves the first Nq − Nk rows without keys) and the others one to
+    // three; two-sided without the mask at d = 64, and causal at d = 128 (the window-only
+    // instance, whose conversion waits for the grid: the same shape, the other path).
     if max_head_dim() >= 128 {
         let mut windowed = spec(batch(1, 2048, 256), 16, 2, 128, true, Bshd);
         windowed.window = w(Some(100), Some(0));
