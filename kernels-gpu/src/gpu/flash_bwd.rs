@@ -262,6 +262,7 @@ unsafe fn bwd_prep<
     const PS: usize,
     const WIN: bool,
     const RES: bool,
+    const TC: bool,
 >(
     bp: &BwdParams,
 ) {
@@ -292,10 +293,11 @@ unsafe fn bwd_prep<
         // SAFETY: one counter per block of this grid (host sizing).
         unsafe { global::store_u32(bp.locks + 4 * lock_index(bp, z, h, block_x()), first) };
     }
-    // Window walks on sm_90a: the number of key blocks that will add to this query tile, which
-    // the conversion kernel waits to see counted down to 0 (`BwdParams::dq_ready`).
+    // Window walks on sm_90a (`BwdConfig::tile_counters`): the number of key blocks that will
+    // add to this query tile, which the conversion kernel waits to see counted down to 0
+    // (`BwdParams::dq_ready`).
     #[cfg(target_feature = "sm_90a")]
-    if WIN && bp.dq_ready != 0 && thread_x() == 0 {
+    if TC && bp.dq_ready != 0 && thread_x() == 0 {
         let tile = block_x();
         let (l, r) = (p.window_left, p.window_right);
         let visitors =
@@ -1797,10 +1799,27 @@ unsafe fn add_tiles<const NT: usize, const USED: usize>(
 /// As [`bwd_prep`], with the accumulator complete; launch with [`PT`] threads.
 #[inline(always)]
 unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
+    // (Two bodies, so that the grid-wide one is the conversion as before, instruction for
+    // instruction.)
+    if WGMMA && bp.dq_ready != 0 {
+        // SAFETY: forwarded contract.
+        unsafe { bwd_dq_body::<E, true>(bp) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { bwd_dq_body::<E, false>(bp) }
+    }
+}
+
+/// [`bwd_dq`]'s body: after the main kernel's whole grid, or (`PER_TILE`) after this block's
+/// query tile's own key blocks (`BwdParams::dq_ready`).
+///
+/// # Safety
+/// As [`bwd_dq`].
+#[inline(always)]
+unsafe fn bwd_dq_body<E: MmaElement, const PER_TILE: bool>(bp: &BwdParams) {
     // A programmatic dependent of the main kernel (sm_90a): the accumulator complete first —
-    // the whole grid, or with the window walks' tile counters (`BwdParams::dq_ready`) this
-    // block's query tile.
-    let per_tile = WGMMA && bp.dq_ready != 0;
+    // the whole grid, or with the window walks' tile counters this block's query tile.
+    let per_tile = PER_TILE;
     if !per_tile {
         wait_for_previous_grid();
     }
@@ -1835,8 +1854,15 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
         let (r, c) = (i / chunks, i % chunks);
         let row = m0 + r;
         let src = bp.dq_acc + 4 * (seq.lse_index(p, h, row) * d as u64 + 8 * c as u64);
-        // SAFETY: 8 floats of the row's accumulator, 16-byte aligned (host sizing).
-        let (a, b) = unsafe { (global::load_f32x4_l2(src), global::load_f32x4_l2(src + 16)) };
+        // SAFETY: 8 floats of the row's accumulator, 16-byte aligned (host sizing). (Per tile,
+        // from the L2: the main kernel's grid is still running.)
+        let (a, b) = unsafe {
+            if PER_TILE {
+                (global::load_f32x4_l2(src), global::load_f32x4_l2(src + 16))
+            } else {
+                (global::load_f32x4(src), global::load_f32x4(src + 16))
+            }
+        };
         let s = bp.scale;
         let v = [
             E::pack(a[0] * s, a[1] * s),
@@ -1957,6 +1983,7 @@ macro_rules! bwd_entries {
                         { C.prep_stages(WGMMA) as usize },
                         { C.window != 0 },
                         false,
+                        { C.tile_counters() },
                     >(&p)
                 }
             }
@@ -1984,6 +2011,7 @@ macro_rules! bwd_entries {
                     { C.prep_stages(WGMMA) as usize },
                     { C.window != 0 },
                     true,
+                    { C.tile_counters() },
                 >(&p)
             }
         }
