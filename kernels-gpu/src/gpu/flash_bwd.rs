@@ -17,7 +17,14 @@
 //!    the f32 accumulator with `red.global.add` (vector adds on sm_90; the order, hence the last
 //!    bits, vary from run to run; in deterministic mode the key tiles take turns per query
 //!    tile, in key order, through a counter each: bit-identical results). See [`bwd_main`].
-//! 3. **dQ conversion**: `dQ = scale·acc` in the storage type.
+//! 3. **dQ conversion**: `dQ = scale·acc` in the storage type. On sm_90a it is a programmatic
+//!    dependent of the main kernel and waits for that whole grid — or, where
+//!    `BwdConfig::tile_counters` holds (the d = 64 window walk, from a 16 MiB accumulator: the
+//!    host's rule), for each query tile's own key blocks: the preprocessing kernel sets a counter
+//!    per query tile to the number of key blocks that visit it
+//!    ([`crate::mask::window_tile_visitors`]), each block counts its tiles down with release
+//!    semantics after its walk, and the conversion's blocks, which start as the main kernel's
+//!    last blocks leave SMs free, convert a tile once its counter reads 0.
 //!
 //! **sm_90a** (`WGMMA`): each warpgroup computes 64 queries × 64 keys of `S` and `dP` with
 //! `wgmma.mma_async` m64n64k16, both operands in shared memory by descriptor — the
