@@ -1800,10 +1800,10 @@ pub(crate) fn backward_scratch_bytes(problem: &Problem, deterministic: bool, til
 
 /// Whether the backward's dQ conversion waits for each query tile's own key blocks
 /// (`BwdParams::dq_ready`: a counter a tile, set by the preprocessing kernel, counted down by
-/// the main kernel's blocks) instead of the main kernel's whole grid: for the window walks
-/// ([`BwdConfig::tile_counters`]) on sm_90a, where the conversion is a programmatic dependent
-/// of the main kernel and so runs under its last blocks, when the accumulator it converts is
-/// at least [`TILE_COUNTERS_FROM_BYTES`]. (The other walks: not measured yet.)
+/// the main kernel's blocks) instead of the main kernel's whole grid: for the instances that
+/// count ([`BwdConfig::tile_counters`]: the d = 64 window walk) on sm_90a, where the conversion
+/// is a programmatic dependent of the main kernel and so runs under its last blocks, when the
+/// accumulator it converts is at least [`TILE_COUNTERS_FROM_BYTES`].
 pub(crate) fn tile_counters(problem: &Problem, config: &BwdConfig, wgmma: bool) -> bool {
     let accumulator = 4 * problem.lse_len() as u64 * problem.head_dim() as u64;
     wgmma && config.tile_counters() && accumulator >= TILE_COUNTERS_FROM_BYTES

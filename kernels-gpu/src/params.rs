@@ -222,8 +222,9 @@ pub struct BwdParams {
     /// key tile `j` adds its dQ contribution to a query tile when the counter reads `j`, then
     /// sets it to `j + 1`. 0: atomic adds in any order.
     pub locks: u64,
-    /// Window walks on sm_90a (the main kernel's `WIN` instances; the host's rule:
-    /// `backward_tile_counters`): one u32 per (sequence, query head, query tile), indexed as
+    /// Window walks on sm_90a, the instances where [`crate::config::BwdConfig::tile_counters`]
+    /// holds (the host's rule adds an accumulator of 16 MiB or more): one u32 per (sequence,
+    /// query head, query tile), indexed as
     /// `locks`, that the preprocessing kernel sets to the number of key blocks whose walk visits
     /// the tile ([`crate::mask::window_tile_visitors`]) and each of those blocks decrements,
     /// with release semantics, once its walk is over. The conversion kernel, a programmatic

@@ -1032,14 +1032,16 @@ unsafe fn bwd_main<
     // steps: step `it` is head `kv_h·G + it / per_head`, tile `first + it % per_head`.
     let group = p.group.max(1);
     // (With a window, only the queries whose windows hold one of these keys.)
-    let (q_first, q_end) = if WIN {
+    // (`mask::window_block_tiles`: the walk the tile counters count, `BwdParams::dq_ready`.)
+    let (first, per_head) = if WIN {
         let keys = (seq.len_k - n0).min(BN as u32);
-        mask::query_range(n0, keys, seq.len_q, seq.len_k, causal, p.window_left, p.window_right)
+        let (l, r) = (p.window_left, p.window_right);
+        let (first, end) = mask::window_block_tiles(n0, keys, BM as u32, seq.len_q, seq.len_k, causal, l, r);
+        (first, end - first)
     } else {
-        (mask::first_query(n0, seq.len_q, seq.len_k, causal), seq.len_q)
+        let first = mask::first_query(n0, seq.len_q, seq.len_k, causal) / BM as u32;
+        (first, seq.len_q.div_ceil(BM as u32).saturating_sub(first))
     };
-    let first = q_first / BM as u32;
-    let per_head = q_end.div_ceil(BM as u32).saturating_sub(first);
     let steps = group * per_head;
     // Step `it`'s (head, query tile), and step `it + 1`'s from step `it`'s: with `staged`,
     // counters carried through the loop (no division a step); elsewhere the division, as
@@ -1826,8 +1828,7 @@ unsafe fn bwd_dq<E: MmaElement>(bp: &BwdParams) {
 unsafe fn bwd_dq_body<E: MmaElement, const PER_TILE: bool>(bp: &BwdParams) {
     // A programmatic dependent of the main kernel (sm_90a): the accumulator complete first —
     // the whole grid, or with the window walks' tile counters this block's query tile.
-    let per_tile = PER_TILE;
-    if !per_tile {
+    if !PER_TILE {
         wait_for_previous_grid();
     }
     let p = &bp.attn;
@@ -1835,7 +1836,7 @@ unsafe fn bwd_dq_body<E: MmaElement, const PER_TILE: bool>(bp: &BwdParams) {
     // SAFETY: offsets valid for every z of the grid (host).
     let seq = unsafe { SeqView::of(p, z) };
     let m0 = block_x() * BM as u32;
-    if per_tile {
+    if PER_TILE {
         // The grid completes after the main kernel's (its blocks' dK and dV stores follow their
         // decrements): block (0, 0, 0) waits for that grid at the end, so that whatever the
         // stream runs next sees both.
@@ -1882,7 +1883,7 @@ unsafe fn bwd_dq_body<E: MmaElement, const PER_TILE: bool>(bp: &BwdParams) {
         unsafe { global::store_u32x4(dst, v) };
         i += PT as u32;
     }
-    if per_tile && block_x() == 0 && h == 0 && z == 0 {
+    if PER_TILE && block_x() == 0 && h == 0 && z == 0 {
         wait_for_previous_grid();
     }
 }
