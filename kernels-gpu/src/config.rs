@@ -694,9 +694,9 @@ pub struct WgmmaConfig {
     pub train: u32,
     /// 1: a persistent instance (plain inference only: `window` and `train` 0): launched with
     /// a grid of about one block an SM (`WgmmaParams::tiles`), each block walks query tiles one
-    /// after the other, its producer loading the next tile's Q and K/V while the consumers
-    /// finish the current one (its last `P·V`, the epilogue), and its output staged in a tile of
-    /// its own ([`WgmmaConfig::output_tile_bytes`]). For fixed-length problems
+    /// after the other, its producer loading the next tile's Q (into the second of two Q tiles,
+    /// [`WgmmaConfig::q_tiles`]) and K/V while the consumers work on the current one, whose
+    /// output is staged in its own Q tile for its TMA stores. For fixed-length problems
     /// without a causal mask (every query tile the same work; the planner's
     /// [`wgmma_persistent`]). 2: the same for causal problems, each block taking its next tile
     /// from a launch counter (`WgmmaParams::tile_counter`), a head's longest tiles first.
@@ -743,28 +743,27 @@ impl WgmmaConfig {
     }
 
     /// Shared memory: 1024 bytes of alignment slack (swizzled tiles start on 1024-byte
-    /// boundaries), the Q tile, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
+    /// boundaries), the Q tiles, `stages` K and V tiles, and the barriers (8 bytes each: Q, and a
     /// full and an empty barrier per K and V stage, and one for a variable-length batch's last,
-    /// partial V tile, which lands there before the producer zeroes its borrowed rows); a
-    /// persistent instance's Q-empty barrier and, from the next 1024-byte boundary, its output
-    /// tile.
+    /// partial V tile, which lands there before the producer zeroes its borrowed rows; a
+    /// persistent instance's second Q-full barrier, its Q-empty barriers and tile slots).
     pub const fn shared_bytes(&self) -> u32 {
-        let end = self.tile_bytes(self.block_m) + 2 * self.stages * self.tile_bytes(self.block_n);
-        if self.persistent != 0 {
-            1024 + (end + self.barrier_bytes()).next_multiple_of(1024) + self.output_tile_bytes()
-        } else {
-            1024 + end + self.barrier_bytes()
-        }
+        1024 + self.q_tiles() * self.tile_bytes(self.block_m)
+            + 2 * self.stages * self.tile_bytes(self.block_n)
+            + self.barrier_bytes()
     }
 
-    /// Bytes of the barriers (a persistent instance's Q-empty barrier among them).
+    /// Bytes of the barriers (and a persistent instance's tile slots).
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (2 + 4 * self.stages + self.persistent)
+        8 * (2 + 4 * self.stages + if self.persistent != 0 { 5 } else { 0 })
     }
 
-    /// Bytes of a persistent instance's output tile (the Q tile's layout), 0 for the others.
-    pub const fn output_tile_bytes(&self) -> u32 {
-        if self.persistent != 0 { self.tile_bytes(self.block_m) } else { 0 }
+    /// Q tiles: 2 in a persistent instance — query tile `n` in Q tile `n % 2`, so that the next
+    /// tile's Q lands while the current one runs (with one, its load could start only once the
+    /// current tile's last `Q·Kᵀ` had completed), each tile's output staged in its own Q tile —;
+    /// 1 in the others.
+    pub const fn q_tiles(&self) -> u32 {
+        if self.persistent != 0 { 2 } else { 1 }
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).

@@ -66,19 +66,32 @@ use crate::math::{exp2, fma};
 use crate::params::{TENSOR_MAP_BYTES, WgmmaParams};
 use crate::softmax::{FUSED_LIMIT, OnlineSoftmax, SplitMerge};
 
-/// Where everything is in the block's shared memory (offsets from a 1024-byte aligned base).
-struct Smem<const D: usize, const BM: usize, const BN: usize, const NS: usize>;
+/// Where everything is in the block's shared memory (offsets from a 1024-byte aligned base). `QB`
+/// Q tiles: 1, or 2 in a persistent block (query tile `n` in tile `n % 2`, so that the next
+/// tile's Q lands while the current one is read; each query tile's output is staged for its TMA
+/// stores in its own Q tile, once its products have read it).
+struct Smem<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB: usize>;
 
-impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, BM, BN, NS> {
+impl<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB: usize>
+    Smem<D, BM, BN, NS, QB>
+{
     const Q: u32 = 0;
-    const K: u32 = (2 * BM * D) as u32;
+    const K: u32 = (QB * 2 * BM * D) as u32;
     const V: u32 = Self::K + (NS * 2 * BN * D) as u32;
     const BARS: u32 = Self::V + (NS * 2 * BN * D) as u32;
+    /// A persistent block's barriers and tile slots after the others: Q empty, tile slot and Q
+    /// full per Q tile (Q tile 0's Q-full barrier is the first barrier).
+    const EXTRA: u32 = Self::BARS + 8 * (2 + 4 * NS as u32);
 
     /// The aligned base.
     #[inline(always)]
     fn base() -> u32 {
         (shared::base() + 1023) & !1023
+    }
+    /// Q tile `b`.
+    #[inline(always)]
+    fn q(base: u32, b: u32) -> u32 {
+        base + Self::Q + b * (2 * BM * D) as u32
     }
     /// Stage `s` of the K ring.
     #[inline(always)]
@@ -90,10 +103,10 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     fn v(base: u32, s: u32) -> u32 {
         base + Self::V + s * (2 * BN * D) as u32
     }
-    /// Barriers: Q full; then per stage K full, V full, K empty, V empty.
+    /// Barriers: Q tile `b` full; then per stage K full, V full, K empty, V empty.
     #[inline(always)]
-    fn q_full(base: u32) -> u32 {
-        base + Self::BARS
+    fn q_full(base: u32, b: u32) -> u32 {
+        if b == 0 { base + Self::BARS } else { base + Self::EXTRA + 8 * (2 + 3 * (b - 1)) }
     }
     #[inline(always)]
     fn k_full(base: u32, s: u32) -> u32 {
@@ -116,24 +129,18 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize> Smem<D, 
     fn v_landed(base: u32) -> u32 {
         base + Self::BARS + 8 * (1 + 4 * NS as u32)
     }
-    /// A persistent block's Q tile is free for its next query tile: both consumer warpgroups'
-    /// last `Q·Kᵀ` of the current one completed (persistent instances only: the others'
-    /// shared memory ends before it).
+    /// A persistent block's Q tile `b` is free for its next query tile: both consumer
+    /// warpgroups' products have read it and their output's TMA stores too (persistent instances
+    /// only: the others' shared memory ends before it).
     #[inline(always)]
-    fn q_empty(base: u32) -> u32 {
-        base + Self::BARS + 8 * (2 + 4 * NS as u32)
+    fn q_empty(base: u32, b: u32) -> u32 {
+        base + Self::EXTRA + 8 * 3 * b
     }
-    /// A dynamic persistent block's next query tile, written by the producer before its Q's
-    /// barrier completes (after the Q-empty barrier; inside the output tile's alignment gap).
+    /// A dynamic persistent block's query tile for Q tile `b`, written by the producer before
+    /// that Q's barrier completes (after its Q-empty barrier).
     #[inline(always)]
-    fn tile_slot(base: u32) -> u32 {
-        base + Self::BARS + 8 * (3 + 4 * NS as u32)
-    }
-    /// A persistent block's output tile (the Q tile's size, after the barriers, 1024-byte
-    /// aligned): its TMA stores read there while the next query tile's Q lands in the Q tile.
-    #[inline(always)]
-    fn o(base: u32) -> u32 {
-        base + ((Self::BARS + 8 * (3 + 4 * NS as u32) + 1023) & !1023)
+    fn tile_slot(base: u32, b: u32) -> u32 {
+        base + Self::EXTRA + 8 * (1 + 3 * b)
     }
 }
 
@@ -177,7 +184,7 @@ unsafe fn zero_borrowed_rows<
     lane: u32,
 ) {
     // SAFETY: the caller's first lane issued the loads onto this barrier.
-    unsafe { tma::wait(Smem::<D, BM, BN, NS>::v_landed(base), 0) };
+    unsafe { tma::wait(Smem::<D, BM, BN, NS, 1>::v_landed(base), 0) };
     // Rows `first..BN` of each panel: 8 chunks of 16 bytes a row, the lanes 32 chunks apart.
     for panel in 0..DP as u32 {
         let stop = (panel + 1) * (8 * BN) as u32;
@@ -246,16 +253,20 @@ unsafe fn flash_fwd_wgmma<
     const PERSIST: bool,
     const DYN: bool,
     const CR: u32,
+    const QB: usize,
 >(
     p: &WgmmaParams,
 ) {
     const {
+        // Q tiles: two in a persistent block (see [`Smem`]).
+        assert!(QB == if PERSIST { 2 } else { 1 });
         assert!(
             (BN == 176 || BN == 128 || BN == 112 || BN == 80 || BN == 64) && 2 * SN == BN && 16 * PK == BN
         );
         assert!(D % 64 == 0 && DP * 64 == D && C * 64 == BM && NS >= 1);
     };
-    type S<const D: usize, const BM: usize, const BN: usize, const NS: usize> = Smem<D, BM, BN, NS>;
+    type S<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB: usize> =
+        Smem<D, BM, BN, NS, QB>;
     // The roles (the last warpgroup produces), the named barriers' thread counts and the
     // `setmaxnreg` budget (24·128 + 240·256: all of the block's registers at 168 a thread) hold
     // for exactly `128·(C + 1)` threads. At 288 (a host built against a stale `WgmmaConfig`, the
@@ -312,22 +323,25 @@ unsafe fn flash_fwd_wgmma<
     };
     // The first tile, the walk's end and step (one tile without `PERSIST`).
     let (first_t, t_end, t_step) = if PERSIST { (block_x(), p.tiles, grid_dim_x()) } else { (0, 1, 1) };
-    let base = S::<D, BM, BN, NS>::base();
+    let base = S::<D, BM, BN, NS, QB>::base();
 
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
         unsafe {
-            tma::init(S::<D, BM, BN, NS>::q_full(base), 1);
-            tma::init(S::<D, BM, BN, NS>::v_landed(base), 1);
-            if PERSIST {
-                // (Dynamic instances: every consumer thread arrives, see below.)
-                tma::init(S::<D, BM, BN, NS>::q_empty(base), if DYN { 128 * C as u32 } else { C as u32 });
+            tma::init(S::<D, BM, BN, NS, QB>::v_landed(base), 1);
+            for b in 0..QB as u32 {
+                tma::init(S::<D, BM, BN, NS, QB>::q_full(base, b), 1);
+                if PERSIST {
+                    // (Dynamic instances: every consumer thread arrives, see below.)
+                    let arrivals = if DYN { 128 * C as u32 } else { C as u32 };
+                    tma::init(S::<D, BM, BN, NS, QB>::q_empty(base, b), arrivals);
+                }
             }
             for s in 0..NS as u32 {
-                tma::init(S::<D, BM, BN, NS>::k_full(base, s), 1);
-                tma::init(S::<D, BM, BN, NS>::v_full(base, s), 1);
-                tma::init(S::<D, BM, BN, NS>::k_empty(base, s), C as u32);
-                tma::init(S::<D, BM, BN, NS>::v_empty(base, s), C as u32);
+                tma::init(S::<D, BM, BN, NS, QB>::k_full(base, s), 1);
+                tma::init(S::<D, BM, BN, NS, QB>::v_full(base, s), 1);
+                tma::init(S::<D, BM, BN, NS, QB>::k_empty(base, s), C as u32);
+                tma::init(S::<D, BM, BN, NS, QB>::v_empty(base, s), C as u32);
             }
         }
         tma::fence_init();
@@ -356,21 +370,23 @@ unsafe fn flash_fwd_wgmma<
         // instance (query tiles of unequal key tiles), the K/V ring's position.
         let (mut n, mut dyn_ring) = (0u32, 0usize);
         loop {
+            // Query tile `n`'s Q tile, and the phase of its barriers' use by this tile.
+            let (qb, q_round) = (n % QB as u32, n / QB as u32);
             let t = if DYN {
                 // The next tile from the launch's counter (the host zeroes it), published to the
-                // consumers in the tile slot once they are done with the last Q; past the end,
-                // the Q barrier completes without a load and the walk ends.
-                if n > 0 {
+                // consumers in the Q tile's slot once they are done with its last query tile;
+                // past the end, the Q barrier completes without a load and the walk ends.
+                if q_round > 0 {
                     // SAFETY: an initialised barrier.
-                    unsafe { tma::wait(S::<D, BM, BN, NS>::q_empty(base), (n - 1) & 1) };
+                    unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_empty(base, qb), (q_round - 1) & 1) };
                 }
                 // SAFETY: the host's zeroed counter (`WgmmaParams::tile_counter`); the slot lies
                 // inside the shared memory (persistent instances).
                 let t = unsafe { global::atomic_add_u32(p.tile_counter, 1) };
-                unsafe { shared::store_u32(S::<D, BM, BN, NS>::tile_slot(base), t) };
+                unsafe { shared::store_u32(S::<D, BM, BN, NS, QB>::tile_slot(base, qb), t) };
                 if t >= t_end {
                     // SAFETY: an initialised barrier; its phase completes on this arrival.
-                    unsafe { tma::arrive(S::<D, BM, BN, NS>::q_full(base)) };
+                    unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_full(base, qb)) };
                     break;
                 }
                 t
@@ -398,14 +414,17 @@ unsafe fn flash_fwd_wgmma<
                         tma::prefetch_map(q_map);
                         tma::prefetch_map(k_map);
                         tma::prefetch_map(v_map);
-                    } else if !DYN {
-                        // Both consumer warpgroups finished reading the last query tile's Q.
-                        tma::wait(S::<D, BM, BN, NS>::q_empty(base), (n - 1) & 1);
                     }
-                    let q_full = S::<D, BM, BN, NS>::q_full(base);
+                    if !DYN && q_round > 0 {
+                        // Both consumer warpgroups are done with this Q tile's last query tile
+                        // (its products and its output's stores). With two Q tiles that was two
+                        // query tiles ago: this Q lands while the consumers work on the last.
+                        tma::wait(S::<D, BM, BN, NS, QB>::q_empty(base, qb), (q_round - 1) & 1);
+                    }
+                    let q_full = S::<D, BM, BN, NS, QB>::q_full(base, qb);
                     tma::arrive_expect_tx(q_full, tile_bytes(BM));
                     for panel in 0..DP {
-                        let dst = base + S::<D, BM, BN, NS>::Q + (panel * BM * 128) as u32;
+                        let dst = S::<D, BM, BN, NS, QB>::q(base, qb) + (panel * BM * 128) as u32;
                         tma::load_4d(dst, q_map, [(64 * panel) as i32, q_row, h as i32, b], q_full);
                     }
                     for (i, j) in (j_begin..j_end).enumerate() {
@@ -413,22 +432,22 @@ unsafe fn flash_fwd_wgmma<
                         let (s, round) = ((i % NS) as u32, (i / NS) as u32);
                         let row = k_row + (j * BN as u32) as i32;
                         let v_full = if borrows && j + 1 == j_end {
-                            S::<D, BM, BN, NS>::v_landed(base)
+                            S::<D, BM, BN, NS, QB>::v_landed(base)
                         } else {
-                            S::<D, BM, BN, NS>::v_full(base, s)
+                            S::<D, BM, BN, NS, QB>::v_full(base, s)
                         };
                         for (map, full, empty, tile) in [
                             (
                                 k_map,
-                                S::<D, BM, BN, NS>::k_full(base, s),
-                                S::<D, BM, BN, NS>::k_empty(base, s),
-                                S::<D, BM, BN, NS>::k(base, s),
+                                S::<D, BM, BN, NS, QB>::k_full(base, s),
+                                S::<D, BM, BN, NS, QB>::k_empty(base, s),
+                                S::<D, BM, BN, NS, QB>::k(base, s),
                             ),
                             (
                                 v_map,
                                 v_full,
-                                S::<D, BM, BN, NS>::v_empty(base, s),
-                                S::<D, BM, BN, NS>::v(base, s),
+                                S::<D, BM, BN, NS, QB>::v_empty(base, s),
+                                S::<D, BM, BN, NS, QB>::v(base, s),
                             ),
                         ] {
                             if round > 0 {
@@ -448,12 +467,12 @@ unsafe fn flash_fwd_wgmma<
                     let first = seq.len_k - (j_end - 1) * BN as u32;
                     zero_borrowed_rows::<D, BM, BN, NS, DP>(
                         base,
-                        S::<D, BM, BN, NS>::v(base, last_stage),
+                        S::<D, BM, BN, NS, QB>::v(base, last_stage),
                         first,
                         tid % 32,
                     );
                     if issuer {
-                        tma::arrive(S::<D, BM, BN, NS>::v_full(base, last_stage));
+                        tma::arrive(S::<D, BM, BN, NS, QB>::v_full(base, last_stage));
                     }
                 }
             }
@@ -473,10 +492,7 @@ unsafe fn flash_fwd_wgmma<
     let max_fused = FUSED_LIMIT / a.scale_log2;
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
-    let q_tile = base + S::<D, BM, BN, NS>::Q + wg * (64 * 128);
-    // Where the epilogue stages the warpgroup's output rows for their TMA stores: its rows of the
-    // Q tile, or of the output tile in a persistent block.
-    let o_tile = if PERSIST { S::<D, BM, BN, NS>::o(base) + wg * (64 * 128) } else { q_tile };
+    let q_tile0 = S::<D, BM, BN, NS, QB>::q(base, 0) + wg * (64 * 128);
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if PERSIST && C == 2 && wg == 1 {
         named_arrive::<256>(other_turn);
@@ -485,15 +501,19 @@ unsafe fn flash_fwd_wgmma<
     // start (the ring runs on from one query tile to the next; every query tile of a static
     // persistent grid has the same key tiles, so `n` times them: one register carried, not
     // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
-    // and the parity of its Q's barrier.
+    // and its Q tile (`n % QB`) with the parity of that tile's barriers.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
     loop {
+        let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
+        // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
+        // output rows for their TMA stores (once its products have read them).
+        let q_tile = if PERSIST { S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128) } else { q_tile0 };
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
             unsafe {
-                tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1);
-                shared::load_u32(S::<D, BM, BN, NS>::tile_slot(base))
+                tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb), q_parity);
+                shared::load_u32(S::<D, BM, BN, NS, QB>::tile_slot(base, qb))
             }
         } else {
             first_t + n * t_step
@@ -524,7 +544,7 @@ unsafe fn flash_fwd_wgmma<
         let mut state = [OnlineSoftmax::new(); 2];
         if !DYN {
             // SAFETY: the barrier is initialised; TMA completes it once a query tile.
-            unsafe { tma::wait(S::<D, BM, BN, NS>::q_full(base), n & 1) };
+            unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb), q_parity) };
         }
 
         // S = Q·K_jᵀ for the tile of ring position `i`: waits for K, issues D/16 steps of k16
@@ -534,10 +554,10 @@ unsafe fn flash_fwd_wgmma<
             ($sc:ident, $i:expr) => {{
                 let i: usize = $i;
                 let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-                let k_tile = S::<D, BM, BN, NS>::k(base, s);
+                let k_tile = S::<D, BM, BN, NS, QB>::k(base, s);
                 // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
                 unsafe {
-                    tma::wait(S::<D, BM, BN, NS>::k_full(base, s), parity);
+                    tma::wait(S::<D, BM, BN, NS, QB>::k_full(base, s), parity);
                     wgmma::fence();
                     for kk in 0..D / 16 {
                         let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
@@ -553,7 +573,7 @@ unsafe fn flash_fwd_wgmma<
         let release_k = |i: usize| {
             if leader {
                 // SAFETY: an initialised barrier.
-                unsafe { tma::arrive(S::<D, BM, BN, NS>::k_empty(base, (i % NS) as u32)) };
+                unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::k_empty(base, (i % NS) as u32)) };
             }
         };
 
@@ -676,10 +696,10 @@ unsafe fn flash_fwd_wgmma<
             ($pf:ident, $i:expr) => {{
                 let i: usize = $i;
                 let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
-                let v_tile = S::<D, BM, BN, NS>::v(base, s);
+                let v_tile = S::<D, BM, BN, NS, QB>::v(base, s);
                 // SAFETY: the V stage's barrier; descriptors of its loaded, swizzled panels.
                 unsafe {
-                    tma::wait(S::<D, BM, BN, NS>::v_full(base, s), parity);
+                    tma::wait(S::<D, BM, BN, NS, QB>::v_full(base, s), parity);
                     wgmma::fence();
                     for (ks, pk) in $pf.iter().enumerate() {
                         for (panel, op) in o.iter_mut().enumerate() {
@@ -704,7 +724,7 @@ unsafe fn flash_fwd_wgmma<
                 }
                 if leader {
                     // SAFETY: an initialised barrier; the products have read the V stage.
-                    unsafe { tma::arrive(S::<D, BM, BN, NS>::v_empty(base, ($i % NS) as u32)) };
+                    unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::v_empty(base, ($i % NS) as u32)) };
                 }
             }};
         }
@@ -794,15 +814,6 @@ unsafe fn flash_fwd_wgmma<
             finish_pv!(ring + i);
             pf = pack_p!(sn);
         }
-        if PERSIST && (leader || DYN) {
-            // Every `Q·Kᵀ` of this query tile has completed: the producer may load the next Q —
-            // and, in a dynamic instance, write the next tile into the slot this thread read at
-            // the tile's top: there every thread arrives (its read ordered before the
-            // producer's write, which a leader's arrival alone does not order: racecheck,
-            // session 20 `call1`).
-            // SAFETY: an initialised barrier (persistent instances).
-            unsafe { tma::arrive(S::<D, BM, BN, NS>::q_empty(base)) };
-        }
         if tiles > 0 {
             let i = tiles - 1;
             if pingpong {
@@ -852,15 +863,12 @@ unsafe fn flash_fwd_wgmma<
             }};
         }
         if OTMA && p.o_map != 0 && a.partial_o == 0 {
-            if PERSIST {
-                // The previous query tile's stores have read the output tile (its leader waited).
-                named_sync::<128>(3 + wg);
-            }
             // The lane's place, read again in a persistent block (`opaque`): the addresses
             // derived from it would otherwise be computed once before the query tiles' loop and
-            // kept (spilled, at d ≥ 128) across it.
+            // kept (spilled, at d ≥ 128) across it. The output rows go to the warpgroup's rows of
+            // the Q tile, which its products no longer read.
             let (g, t4, o_tile) =
-                if PERSIST { (opaque(g), opaque(t4), opaque(o_tile)) } else { (g, t4, o_tile) };
+                if PERSIST { (opaque(g), opaque(t4), opaque(q_tile)) } else { (g, t4, q_tile) };
             for half in 0..2 {
                 let (_, res) = finish_row!(half);
                 // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
@@ -872,8 +880,8 @@ unsafe fn flash_fwd_wgmma<
                         // Row r of the panel; its 16-byte chunk dt swizzled by r mod 8 = g.
                         let at =
                             o_tile + panel as u32 * q_panel_bytes + 128 * r + 16 * (dt as u32 ^ g) + 4 * t4;
-                        // SAFETY: inside the warpgroup's rows of the Q or output tile, which no
-                        // product reads any more; 4-byte aligned.
+                        // SAFETY: inside the warpgroup's rows of the Q tile, which no product
+                        // reads any more; 4-byte aligned.
                         unsafe { shared::store_u32(at, E::pack(x[0], x[1])) };
                     }
                 }
@@ -1010,6 +1018,16 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
+        if PERSIST && (leader || DYN) {
+            // This Q tile is free for the query tile after the next: its products have completed
+            // and its output's stores have read it (the leader waited for them above). In a
+            // dynamic instance the producer then also writes that tile into the slot this thread
+            // read at the tile's top: there every thread arrives (its read ordered before the
+            // producer's write, which a leader's arrival alone does not order: racecheck,
+            // session 20 `call1`).
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, qb)) };
+        }
         dyn_ring += (j_end - j_begin) as usize;
         n += 1;
     }
@@ -1057,6 +1075,7 @@ macro_rules! wgmma_entries {
                         { C.persistent != 0 },
                         { C.persistent == 2 },
                         { consumer_registers(C.consumers()) },
+                        { C.q_tiles() as usize },
                     >(&p)
                 }
             }
