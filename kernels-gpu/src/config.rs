@@ -694,9 +694,11 @@ pub struct WgmmaConfig {
     pub train: u32,
     /// 1: a persistent instance (plain inference only: `window` and `train` 0): launched with
     /// a grid of about one block an SM (`WgmmaParams::tiles`), each block walks query tiles one
-    /// after the other, its producer loading the next tile's Q (into the second of two Q tiles,
-    /// [`WgmmaConfig::q_tiles`]) and K/V while the consumers work on the current one, whose
-    /// output is staged in its own Q tile for its TMA stores. For fixed-length problems
+    /// after the other, its producer loading the next tile's Q and K/V while the consumers
+    /// finish the current one (its last `P·V`, the epilogue) — at d = 64 into the second of two
+    /// Q tiles, [`WgmmaConfig::q_tiles`] —, its output staged for its TMA stores in a tile of
+    /// its own ([`WgmmaConfig::output_tile_bytes`]) or, with two Q tiles, in its own Q tile.
+    /// For fixed-length problems
     /// without a causal mask (every query tile the same work; the planner's
     /// [`wgmma_persistent`]). 2: the same for causal problems, each block taking its next tile
     /// from a launch counter (`WgmmaParams::tile_counter`), a head's longest tiles first.
@@ -748,22 +750,35 @@ impl WgmmaConfig {
     /// partial V tile, which lands there before the producer zeroes its borrowed rows; a
     /// persistent instance's second Q-full barrier, its Q-empty barriers and tile slots).
     pub const fn shared_bytes(&self) -> u32 {
-        1024 + self.q_tiles() * self.tile_bytes(self.block_m)
-            + 2 * self.stages * self.tile_bytes(self.block_n)
-            + self.barrier_bytes()
+        let end =
+            self.q_tiles() * self.tile_bytes(self.block_m) + 2 * self.stages * self.tile_bytes(self.block_n);
+        if self.output_tile_bytes() != 0 {
+            1024 + (end + self.barrier_bytes()).next_multiple_of(1024) + self.output_tile_bytes()
+        } else {
+            1024 + end + self.barrier_bytes()
+        }
     }
 
-    /// Bytes of the barriers (and a persistent instance's tile slots).
+    /// Bytes of the barriers (a persistent instance's Q-empty barriers and tile slots among
+    /// them, and with two Q tiles the second Q-full barrier).
     pub const fn barrier_bytes(&self) -> u32 {
-        8 * (2 + 4 * self.stages + if self.persistent != 0 { 5 } else { 0 })
+        8 * (2 + 4 * self.stages + if self.q_tiles() == 2 { 5 } else { self.persistent })
     }
 
-    /// Q tiles: 2 in a persistent instance — query tile `n` in Q tile `n % 2`, so that the next
-    /// tile's Q lands while the current one runs (with one, its load could start only once the
-    /// current tile's last `Q·Kᵀ` had completed), each tile's output staged in its own Q tile —;
-    /// 1 in the others.
+    /// Bytes of the output tile of a persistent instance with one Q tile (the Q tile's
+    /// layout), 0 for the others.
+    pub const fn output_tile_bytes(&self) -> u32 {
+        if self.persistent != 0 && self.q_tiles() == 1 { self.tile_bytes(self.block_m) } else { 0 }
+    }
+
+    /// Q tiles: 2 in the persistent instances at d = 64 — query tile `n` in Q tile `n % 2`, so
+    /// that the next tile's Q lands while the current one runs (with one, its load starts only
+    /// once the current tile's last `Q·Kᵀ` has completed), each tile's output staged in its own
+    /// Q tile —; 1 in the others. At d = 128 two Q tiles cost the key loop 8 instructions of
+    /// 819 (the `Q·Kᵀ` descriptors' registers) and +1.3 to +1.6% time at N = 16384, for −2 to
+    /// −3% at N = 1024 (`kernels-gpu/NOTES.md` v42).
     pub const fn q_tiles(&self) -> u32 {
-        if self.persistent != 0 { 2 } else { 1 }
+        if self.persistent != 0 && self.head_dim <= 64 { 2 } else { 1 }
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).

@@ -67,9 +67,10 @@ use crate::params::{TENSOR_MAP_BYTES, WgmmaParams};
 use crate::softmax::{FUSED_LIMIT, OnlineSoftmax, SplitMerge};
 
 /// Where everything is in the block's shared memory (offsets from a 1024-byte aligned base). `QB`
-/// Q tiles: 1, or 2 in a persistent block (query tile `n` in tile `n % 2`, so that the next
-/// tile's Q lands while the current one is read; each query tile's output is staged for its TMA
-/// stores in its own Q tile, once its products have read it).
+/// Q tiles: 1, or 2 in the persistent blocks of [`WgmmaConfig::q_tiles`] (query tile `n` in tile
+/// `n % 2`, so that the next tile's Q lands while the current one is read; each query tile's
+/// output is staged for its TMA stores in its own Q tile, once its products have read it). A
+/// persistent block with one Q tile stages its output in a tile of its own ([`Smem::o`]).
 struct Smem<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB: usize>;
 
 impl<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB: usize>
@@ -141,6 +142,13 @@ impl<const D: usize, const BM: usize, const BN: usize, const NS: usize, const QB
     #[inline(always)]
     fn tile_slot(base: u32, b: u32) -> u32 {
         base + Self::EXTRA + 8 * (1 + 3 * b)
+    }
+    /// A persistent block's output tile with one Q tile (the Q tile's size, after the barriers,
+    /// 1024-byte aligned): its TMA stores read there while the next query tile's Q lands in
+    /// the Q tile.
+    #[inline(always)]
+    fn o(base: u32) -> u32 {
+        base + ((Self::EXTRA + 8 + 1023) & !1023)
     }
 }
 
@@ -258,8 +266,8 @@ unsafe fn flash_fwd_wgmma<
     p: &WgmmaParams,
 ) {
     const {
-        // Q tiles: two in a persistent block (see [`Smem`]).
-        assert!(QB == if PERSIST { 2 } else { 1 });
+        // Q tiles: one, or two in some persistent blocks (see [`Smem`]).
+        assert!(QB == 1 || (QB == 2 && PERSIST));
         assert!(
             (BN == 176 || BN == 128 || BN == 112 || BN == 80 || BN == 64) && 2 * SN == BN && 16 * PK == BN
         );
@@ -328,13 +336,16 @@ unsafe fn flash_fwd_wgmma<
     if tid == 0 {
         // SAFETY: the barriers are inside the shared memory; nobody uses them before the sync.
         unsafe {
+            tma::init(S::<D, BM, BN, NS, QB>::q_full(base, 0), 1);
             tma::init(S::<D, BM, BN, NS, QB>::v_landed(base), 1);
-            for b in 0..QB as u32 {
-                tma::init(S::<D, BM, BN, NS, QB>::q_full(base, b), 1);
-                if PERSIST {
-                    // (Dynamic instances: every consumer thread arrives, see below.)
-                    let arrivals = if DYN { 128 * C as u32 } else { C as u32 };
+            if PERSIST {
+                // (Dynamic instances: every consumer thread arrives, see below.)
+                let arrivals = if DYN { 128 * C as u32 } else { C as u32 };
+                for b in 0..QB as u32 {
                     tma::init(S::<D, BM, BN, NS, QB>::q_empty(base, b), arrivals);
+                }
+                if QB == 2 {
+                    tma::init(S::<D, BM, BN, NS, QB>::q_full(base, 1), 1);
                 }
             }
             for s in 0..NS as u32 {
@@ -493,6 +504,9 @@ unsafe fn flash_fwd_wgmma<
     let q_panel_bytes = (BM * 128) as u32;
     let kv_panel_bytes = (BN * 128) as u32;
     let q_tile0 = S::<D, BM, BN, NS, QB>::q(base, 0) + wg * (64 * 128);
+    // (A persistent block with one Q tile stages its output rows in an output tile of its own.)
+    let o_tile0 =
+        if PERSIST && QB == 1 { S::<D, BM, BN, NS, QB>::o(base) + wg * (64 * 128) } else { q_tile0 };
     let (my_turn, other_turn) = (1 + wg, 2 - wg);
     if PERSIST && C == 2 && wg == 1 {
         named_arrive::<256>(other_turn);
@@ -507,7 +521,7 @@ unsafe fn flash_fwd_wgmma<
         let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
         // output rows for their TMA stores (once its products have read them).
-        let q_tile = if PERSIST { S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128) } else { q_tile0 };
+        let q_tile = if QB == 2 { S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128) } else { q_tile0 };
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
@@ -814,6 +828,15 @@ unsafe fn flash_fwd_wgmma<
             finish_pv!(ring + i);
             pf = pack_p!(sn);
         }
+        if PERSIST && QB == 1 && (leader || DYN) {
+            // (One Q tile.) Every `Q·Kᵀ` of this query tile has completed: the producer may load
+            // the next Q — and, in a dynamic instance, write the next tile into the slot this
+            // thread read at the tile's top: there every thread arrives (its read ordered before
+            // the producer's write, which a leader's arrival alone does not order: racecheck,
+            // session 20 `call1`).
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, 0)) };
+        }
         if tiles > 0 {
             let i = tiles - 1;
             if pingpong {
@@ -863,12 +886,17 @@ unsafe fn flash_fwd_wgmma<
             }};
         }
         if OTMA && p.o_map != 0 && a.partial_o == 0 {
+            if PERSIST && QB == 1 {
+                // The previous query tile's stores have read the output tile (its leader waited).
+                named_sync::<128>(3 + wg);
+            }
             // The lane's place, read again in a persistent block (`opaque`): the addresses
             // derived from it would otherwise be computed once before the query tiles' loop and
             // kept (spilled, at d ≥ 128) across it. The output rows go to the warpgroup's rows of
-            // the Q tile, which its products no longer read.
+            // the Q tile, which its products no longer read, or of the output tile.
+            let o_tile = if QB == 2 { q_tile } else { o_tile0 };
             let (g, t4, o_tile) =
-                if PERSIST { (opaque(g), opaque(t4), opaque(q_tile)) } else { (g, t4, q_tile) };
+                if PERSIST { (opaque(g), opaque(t4), opaque(o_tile)) } else { (g, t4, o_tile) };
             for half in 0..2 {
                 let (_, res) = finish_row!(half);
                 // (Rows past the sequence too: TMA leaves out what lies past the tensor.)
@@ -880,8 +908,8 @@ unsafe fn flash_fwd_wgmma<
                         // Row r of the panel; its 16-byte chunk dt swizzled by r mod 8 = g.
                         let at =
                             o_tile + panel as u32 * q_panel_bytes + 128 * r + 16 * (dt as u32 ^ g) + 4 * t4;
-                        // SAFETY: inside the warpgroup's rows of the Q tile, which no product
-                        // reads any more; 4-byte aligned.
+                        // SAFETY: inside the warpgroup's rows of the Q or output tile, which no
+                        // product reads any more; 4-byte aligned.
                         unsafe { shared::store_u32(at, E::pack(x[0], x[1])) };
                     }
                 }
@@ -1018,7 +1046,7 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if PERSIST && (leader || DYN) {
+        if QB == 2 && (leader || DYN) {
             // This Q tile is free for the query tile after the next: its products have completed
             // and its output's stores have read it (the leader waited for them above). In a
             // dynamic instance the producer then also writes that tile into the slot this thread
