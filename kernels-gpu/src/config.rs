@@ -801,8 +801,9 @@ impl WgmmaConfig {
             && self.window <= 2
             && self.train <= 1
             // (Persistent: plain inference instances whose output tile fits beside the rest, d ≤
-            // 192. At d = 256 a variant staging its output in the Q tile ran 2–4% slower than the
-            // one-tile instance at N ≥ 4096, session 19 `call5`: not instantiated.)
+            // 192. At d = 256 a variant staging its output in its one Q tile ran 2–4% slower than
+            // the one-tile instance at N ≥ 4096, session 19 `call5`, and two Q tiles do not fit
+            // beside 80-key stages: not instantiated.)
             && (self.persistent == 0
                 || (self.persistent <= 2 && self.window == 0 && self.train == 0 && self.head_dim <= 192))
             && self.shared_bytes() <= HOPPER_SHARED_LIMIT

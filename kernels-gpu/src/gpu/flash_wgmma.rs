@@ -859,7 +859,8 @@ unsafe fn flash_fwd_wgmma<
         // Normalise and store: each quad of lanes writes 8 consecutive columns of a row — to O from
         // registers, or, with `o_map` (`WgmmaConfig::o_by_tma`, outside context-parallel steps),
         // into the warpgroup's 64 rows of the Q tile (its last `Q·Kᵀ` has completed; in a
-        // persistent block, of the output tile, since the next Q may be landing), 128-byte
+        // persistent block with one Q tile, of the output tile, since the next Q may be landing
+        // in the Q tile; with two, the next Q lands in the other), 128-byte
         // swizzled as the map's boxes, from where one thread stores them with TMA (a box a
         // panel). Each thread's stores then cost shared-memory bandwidth only (conflict-free: the
         // 32 lanes of a store write 8 rows' chunk `dt ^ g`, 4 bytes each), where its global stores
