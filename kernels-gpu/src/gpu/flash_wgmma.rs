@@ -185,6 +185,7 @@ unsafe fn zero_borrowed_rows<
     const BN: usize,
     const NS: usize,
     const DP: usize,
+    const QB: usize,
 >(
     base: u32,
     tile: u32,
@@ -192,7 +193,7 @@ unsafe fn zero_borrowed_rows<
     lane: u32,
 ) {
     // SAFETY: the caller's first lane issued the loads onto this barrier.
-    unsafe { tma::wait(Smem::<D, BM, BN, NS, 1>::v_landed(base), 0) };
+    unsafe { tma::wait(Smem::<D, BM, BN, NS, QB>::v_landed(base), 0) };
     // Rows `first..BN` of each panel: 8 chunks of 16 bytes a row, the lanes 32 chunks apart.
     for panel in 0..DP as u32 {
         let stop = (panel + 1) * (8 * BN) as u32;
@@ -476,7 +477,7 @@ unsafe fn flash_fwd_wgmma<
                 if borrows {
                     // (One query tile a block: `ring` is 0 and `v_landed` completes once.)
                     let first = seq.len_k - (j_end - 1) * BN as u32;
-                    zero_borrowed_rows::<D, BM, BN, NS, DP>(
+                    zero_borrowed_rows::<D, BM, BN, NS, DP, QB>(
                         base,
                         S::<D, BM, BN, NS, QB>::v(base, last_stage),
                         first,
