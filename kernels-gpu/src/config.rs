@@ -771,14 +771,15 @@ impl WgmmaConfig {
         if self.persistent != 0 && self.q_tiles() == 1 { self.tile_bytes(self.block_m) } else { 0 }
     }
 
-    /// Q tiles: 2 in the persistent instances at d = 64 — query tile `n` in Q tile `n % 2`, so
+    /// Q tiles: 2 in the persistent instances at d ≤ 128 — query tile `n` in Q tile `n % 2`, so
     /// that the next tile's Q lands while the current one runs (with one, its load starts only
     /// once the current tile's last `Q·Kᵀ` has completed), each tile's output staged in its own
-    /// Q tile —; 1 in the others. At d = 128 two Q tiles cost the key loop 8 instructions of
-    /// 819 (the `Q·Kᵀ` descriptors' registers) and +1.3 to +1.6% time at N = 16384, for −2 to
-    /// −3% at N = 1024 (`kernels-gpu/NOTES.md` v42).
+    /// Q tile —; 1 in the others. (Session 34, not yet run on a GPU in this form: the `Q·Kᵀ`
+    /// descriptors are Q tile 0's plus the tile's offset, which keeps d = 128's key loop at 811
+    /// SASS instructions, main's 819; with descriptors of the per-tile address it took 827 and
+    /// +1.3 to +1.6% time at N = 16384, `kernels-gpu/NOTES.md` v42.)
     pub const fn q_tiles(&self) -> u32 {
-        if self.persistent != 0 && self.head_dim <= 64 { 2 } else { 1 }
+        if self.persistent != 0 && self.head_dim <= 128 { 2 } else { 1 }
     }
 
     /// Whether this instance runs head dim `d` (16-byte rows: a multiple of 8).
