@@ -1296,7 +1296,7 @@ fn plan_wgmma(
             props.sm_count,
             if config.persistent == 2 { " (taken from a counter, longest first)" } else { "" },
             if config.q_tiles() == 2 {
-                "; the next Q into a second Q tile, issued with the current tile's K/V (N = 1024: −2 to −7% \
+                "; the next Q into a second Q tile, issued with the current tile's K/V (N = 1024: −0.5 to −7% \
                  time, measured)"
             } else {
                 ""

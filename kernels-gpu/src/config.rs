@@ -695,7 +695,7 @@ pub struct WgmmaConfig {
     /// 1: a persistent instance (plain inference only: `window` and `train` 0): launched with
     /// a grid of about one block an SM (`WgmmaParams::tiles`), each block walks query tiles one
     /// after the other, its producer loading the next tile's Q and K/V while the consumers
-    /// finish the current one (its last `P·V`, the epilogue) — at d = 64 into the second of two
+    /// finish the current one (its last `P·V`, the epilogue) — at d ≤ 128 into the second of two
     /// Q tiles, [`WgmmaConfig::q_tiles`] —, its output staged for its TMA stores in a tile of
     /// its own ([`WgmmaConfig::output_tile_bytes`]) or, with two Q tiles, in its own Q tile.
     /// For fixed-length problems
@@ -774,10 +774,9 @@ impl WgmmaConfig {
     /// Q tiles: 2 in the persistent instances at d ≤ 128 — query tile `n` in Q tile `n % 2`, so
     /// that the next tile's Q lands while the current one runs (with one, its load starts only
     /// once the current tile's last `Q·Kᵀ` has completed), each tile's output staged in its own
-    /// Q tile —; 1 in the others. (Session 34, not yet run on a GPU in this form: the `Q·Kᵀ`
-    /// descriptors are Q tile 0's plus the tile's offset, which keeps d = 128's key loop at 811
-    /// SASS instructions, main's 819; with descriptors of the per-tile address it took 827 and
-    /// +1.3 to +1.6% time at N = 16384, `kernels-gpu/NOTES.md` v42.)
+    /// Q tile —; 1 in the others (d = 192: not tried). Against one Q tile (ncu, H100, session
+    /// 35): d = 128 −0.5 / −3.3% at N = 1024 (non-causal / causal), −0.3 / −0.7% at 16384; d = 64
+    /// −2 / −7% at 1024 (session 34). `kernels-gpu/NOTES.md` v42, v42b.
     pub const fn q_tiles(&self) -> u32 {
         if self.persistent != 0 && self.head_dim <= 128 { 2 } else { 1 }
     }

@@ -523,9 +523,12 @@ unsafe fn flash_fwd_wgmma<
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
         // output rows for their TMA stores (once its products have read them).
         let q_tile = if QB == 2 { S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128) } else { q_tile0 };
-        // (The `Q·Kᵀ` descriptors: Q tile 0's, plus Q tile `qb`'s offset in the start-address
-        // field, which stays under 2^14 (addresses under 256 KiB).)
-        let q_desc_off: u64 = if QB == 2 { ((qb * (2 * BM * D) as u32) >> 4) as u64 } else { 0 };
+        // The `Q·Kᵀ` descriptors: at d = 128, Q tile 0's plus Q tile `qb`'s offset in the
+        // start-address field (under 2^14: addresses under 256 KiB), which keeps them out of the
+        // key loop (811 SASS instructions against 827 with descriptors of `q_tile`); at d = 64,
+        // of `q_tile` itself, which ran 2 to 4% faster there without causal masks (NOTES v42b).
+        let q_desc_off: u64 = if QB == 2 && D > 64 { ((qb * (2 * BM * D) as u32) >> 4) as u64 } else { 0 };
+        let q_desc_tile = if QB == 2 && D > 64 { q_tile0 } else { q_tile };
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
@@ -579,7 +582,7 @@ unsafe fn flash_fwd_wgmma<
                     wgmma::fence();
                     for kk in 0..D / 16 {
                         let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                        let qd = descriptor(q_tile0 + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
+                        let qd = descriptor(q_desc_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
                             + q_desc_off;
                         let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
                         E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
