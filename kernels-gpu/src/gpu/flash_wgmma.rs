@@ -518,17 +518,6 @@ unsafe fn flash_fwd_wgmma<
     // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
     // and its Q tile (`n % QB`) with the parity of that tile's barriers.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
-    // Across query tiles (persistent blocks with two Q tiles, `fuse`): a query tile's first
-    // `Q·Kᵀ` and its softmax run at the previous tile's end, under its last `P·V` (see the
-    // boundary below); what that leaves for the tile's own loop — P packed, the rows' α and
-    // softmax state — is carried here, and `carried` says so.
-    // (Not in the 192-row causal instances: three consumer warpgroups at 160 registers, they
-    // spilled 52 bytes with it, and 44 with the softmax of `S_0` after both products.)
-    let fuse = PERSIST && QB == 2 && !WIN && !(C == 3 && DYN);
-    let mut pf = [[0u32; 4]; PK];
-    let mut alphas = [1.0f32; 2];
-    let mut carried_state = [OnlineSoftmax::new(); 2];
-    let mut carried = false;
     loop {
         let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
@@ -538,19 +527,8 @@ unsafe fn flash_fwd_wgmma<
         // start-address field (under 2^14: addresses under 256 KiB), which keeps them out of the
         // key loop (811 SASS instructions against 827 with descriptors of `q_tile`); at d = 64,
         // of `q_tile` itself, which ran 2 to 4% faster there without causal masks (NOTES v42b).
-        macro_rules! q_desc_of {
-            ($qb:expr) => {{
-                let qb: u32 = $qb;
-                if QB == 2 && D > 64 {
-                    (q_tile0, ((qb * (2 * BM * D) as u32) >> 4) as u64)
-                } else if QB == 2 {
-                    (S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128), 0u64)
-                } else {
-                    (q_tile0, 0u64)
-                }
-            }};
-        }
-        let (q_desc_tile, q_desc_off) = q_desc_of!(qb);
+        let q_desc_off: u64 = if QB == 2 && D > 64 { ((qb * (2 * BM * D) as u32) >> 4) as u64 } else { 0 };
+        let q_desc_tile = if QB == 2 && D > 64 { q_tile0 } else { q_tile };
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
@@ -574,30 +552,17 @@ unsafe fn flash_fwd_wgmma<
         let ring = if DYN { dyn_ring } else { (n * (j_end - j_begin)) as usize };
         // Key tiles at or past `free_end` (and, with a window, before `free_begin`) hold keys that
         // some row of the block does not see: only those are masked.
-        macro_rules! free_bounds {
-            ($seq:expr, $m0:expr) => {{
-                let (seq, m0): (&SeqView, u32) = (&$seq, $m0);
-                if WIN {
-                    let last = (m0 + BM as u32).min(seq.len_q) - 1;
-                    (
-                        mask::row_key_end(m0, seq.len_q, seq.len_k, causal, a.window_right),
-                        mask::row_key_begin(last, seq.len_q, seq.len_k, a.window_left),
-                    )
-                } else {
-                    (mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k), 0)
-                }
-            }};
-        }
-        let (free_end, free_begin) = free_bounds!(seq, m0);
+        let (free_end, free_begin) = if WIN {
+            let last = (m0 + BM as u32).min(seq.len_q) - 1;
+            (
+                mask::row_key_end(m0, seq.len_q, seq.len_k, causal, a.window_right),
+                mask::row_key_begin(last, seq.len_q, seq.len_k, a.window_left),
+            )
+        } else {
+            (mask::unmasked_end(m0, seq.len_q, seq.len_k, causal).min(seq.len_k), 0)
+        };
         let mut o = [[0.0f32; 32]; DP];
-        // (A carried query tile's state comes from the previous tile's end. Otherwise P and the
-        // α are set again here, so that nothing of the last tile's stays live around the loop:
-        // without this the d = 192 instance, which never carries, spilled 8 bytes.)
-        let mut state = if carried { carried_state } else { [OnlineSoftmax::new(); 2] };
-        if !carried {
-            pf = [[0u32; 4]; PK];
-            alphas = [1.0f32; 2];
-        }
+        let mut state = [OnlineSoftmax::new(); 2];
         if !DYN {
             // SAFETY: the barrier is initialised; TMA completes it once a query tile.
             unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb), q_parity) };
@@ -607,12 +572,8 @@ unsafe fn flash_fwd_wgmma<
         // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
         // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
         macro_rules! issue_scores {
-            ($sc:ident, $i:expr) => {
-                issue_scores!($sc, $i, q_desc_tile, q_desc_off)
-            };
-            ($sc:ident, $i:expr, $q_desc_tile:expr, $q_desc_off:expr) => {{
+            ($sc:ident, $i:expr) => {{
                 let i: usize = $i;
-                let (q_desc_tile, q_desc_off): (u32, u64) = ($q_desc_tile, $q_desc_off);
                 let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
                 let k_tile = S::<D, BM, BN, NS, QB>::k(base, s);
                 // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
@@ -621,9 +582,8 @@ unsafe fn flash_fwd_wgmma<
                     wgmma::fence();
                     for kk in 0..D / 16 {
                         let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                        let qd =
-                            descriptor(q_desc_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
-                                + q_desc_off;
+                        let qd = descriptor(q_desc_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
+                            + q_desc_off;
                         let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
                         E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
                     }
@@ -645,20 +605,12 @@ unsafe fn flash_fwd_wgmma<
         // so that the arrays stay in registers at both uses.
         let row_base = m0 + wg * 64 + warp_in_wg * 16 + g;
         macro_rules! softmax_tile {
-            ($sc:ident, $j:expr) => {
-                softmax_tile!($sc, $j, state, seq, h, row_base, free_end, free_begin)
-            };
-            // Of another query tile's scores (its softmax state, sequence, head, first row of the
-            // thread and masked key range).
-            ($sc:ident, $j:expr, $state:ident, $seq:expr, $h:expr, $row_base:expr, $free_end:expr, $free_begin:expr) => {{
-                let (seq, h, row_base, free_end, free_begin): (&SeqView, u32, u32, u32, u32) =
-                    (&$seq, $h, $row_base, $free_end, $free_begin);
-                let state = &mut $state;
+            ($sc:ident, $j:expr) => {{
                 let n0 = $j * BN as u32;
                 if WIN {
                     // Softcap and ALiBi (problems that have them), then each row's window.
                     // SAFETY: the host sizes the slopes.
-                    unsafe { score_mod::apply_flat::<SN>(a, seq, h, &mut $sc, row_base, n0, t4) };
+                    unsafe { score_mod::apply_flat::<SN>(a, &seq, h, &mut $sc, row_base, n0, t4) };
                     if n0 + BN as u32 > free_end || n0 < free_begin {
                         for half in 0..2 {
                             let row = row_base + 8 * half as u32;
@@ -679,25 +631,10 @@ unsafe fn flash_fwd_wgmma<
                     for half in 0..2 {
                         let row = row_base + 8 * half as u32;
                         let limit = mask::key_end(row + 1, seq.len_q, seq.len_k, causal);
-                        if fuse {
-                            // (The same test against the lane's first key: each element's is a
-                            // compare with a constant. With `fuse`, ptxas kept the d = 128 causal
-                            // instance's 128 key-by-key results as bits in registers, 465 SASS
-                            // instructions for this block against 161 before.)
-                            let rel = limit as i32 - (n0 + 2 * t4) as i32;
-                            for nt in 0..BN / 8 {
-                                for e in 0..2 {
-                                    if (8 * nt + e) as i32 >= rel {
-                                        $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
-                                    }
-                                }
-                            }
-                        } else {
-                            for nt in 0..BN / 8 {
-                                for e in 0..2 {
-                                    if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
-                                        $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
-                                    }
+                        for nt in 0..BN / 8 {
+                            for e in 0..2 {
+                                if n0 + 8 * nt as u32 + 2 * t4 + e as u32 >= limit {
+                                    $sc[4 * nt + 2 * half + e] = f32::NEG_INFINITY;
                                 }
                             }
                         }
@@ -830,13 +767,13 @@ unsafe fn flash_fwd_wgmma<
         // that the loop always has a next tile to issue: an earlier attempt reported C7514 with
         // `S_{j+1}` under an `if`; ptxas 13.0 accepts that form of this code (checked), but its loop
         // is longer (877 against 852 SASS instructions at d = 128) and branches on every tile.
-        // (`pf` and `alphas` live outside the query tiles' loop: a carried tile's come from the
-        // previous tile's boundary, where its prologue ran.)
+        let mut pf = [[0u32; 4]; PK];
+        let mut alphas = [1.0f32; 2];
         let tiles = (j_end - j_begin) as usize;
         // Not in the masked d = 256 instances (the overlap spilled there) nor in the softcap ones
         // (`SEQ`: with the overlap the softcap's forward ran 15% slower, NOTES v25).
         let overlap = !(WIN && (D >= 256 || SEQ));
-        if tiles > 0 && !carried {
+        if tiles > 0 {
             let mut sc = [0.0f32; SN];
             issue_scores!(sc, ring);
             wgmma::wait::<0>();
@@ -908,77 +845,7 @@ unsafe fn flash_fwd_wgmma<
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, 0)) };
         }
-        // The boundary to the next query tile (`fuse`: persistent blocks with two Q tiles, so that
-        // the next tile's Q has landed in the other one): where both have key tiles, the last
-        // `P·V` of this tile is issued in one turn with the next tile's `S_0 = Q'·K_0ᵀ`, exactly
-        // as a step of the loop above issues `S_{j+1}` with `P_j·V_j`, and the softmax of `S_0`
-        // (the next tile's own state, masks and rows) runs under this tile's last `P·V`. Without
-        // it, both warpgroups reach a query tile's end together and then wait, each in turn, for
-        // the last `P·V`, the output's stores, `S_0` and its softmax, with the tensor cores idle
-        // for much of it: at N = 1024 (8 key tiles a query tile) about two key tiles' time a
-        // query tile (NOTES v43). The next tile then starts at its loop (`carried`).
-        let mut fused = false;
-        if fuse && tiles > 0 {
-            let n2 = n + 1;
-            let (qb2, q_parity2) = (n2 % QB as u32, (n2 / QB as u32) & 1);
-            let t2 = if DYN {
-                // SAFETY: as at the top of the loop: the slot is written before the barrier completes.
-                unsafe {
-                    tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2);
-                    shared::load_u32(S::<D, BM, BN, NS, QB>::tile_slot(base, qb2))
-                }
-            } else {
-                first_t + n2 * t_step
-            };
-            if t2 < t_end {
-                let (h2, seq2, m02, (j_begin2, j_end2)) = tile_of(t2);
-                if j_end2 > j_begin2 {
-                    if !DYN {
-                        // SAFETY: the barrier is initialised; TMA completes it once a query tile.
-                        unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2) };
-                    }
-                    let ring2 = if DYN { dyn_ring + tiles } else { (n2 * (j_end2 - j_begin2)) as usize };
-                    let (q_desc_tile2, q_desc_off2) = q_desc_of!(qb2);
-                    let (free_end2, free_begin2) = free_bounds!(seq2, m02);
-                    let row_base2 = m02 + wg * 64 + warp_in_wg * 16 + g;
-                    let i = tiles - 1;
-                    if pingpong {
-                        named_sync::<256>(my_turn);
-                    }
-                    rescale_o!(alphas);
-                    let mut sn = [0.0f32; SN];
-                    issue_scores!(sn, ring2, q_desc_tile2, q_desc_off2);
-                    issue_pv!(pf, ring + i);
-                    if pingpong {
-                        named_arrive::<256>(other_turn);
-                    }
-                    wgmma::wait::<1>();
-                    wgmma::settle(&mut sn);
-                    carried_state = [OnlineSoftmax::new(); 2];
-                    alphas = softmax_tile!(
-                        sn,
-                        j_begin2,
-                        carried_state,
-                        seq2,
-                        h2,
-                        row_base2,
-                        free_end2,
-                        free_begin2
-                    );
-                    // (K_0 released after the softmax, as in the loop.)
-                    #[allow(clippy::neg_cmp_op_on_partial_ord)]
-                    let sums_done = !(carried_state[0].sum < 0.0) & !(carried_state[1].sum < 0.0);
-                    if sums_done {
-                        release_k(ring2);
-                    }
-                    wgmma::wait::<0>();
-                    finish_pv!(ring + i);
-                    pf = pack_p!(sn);
-                    fused = true;
-                }
-            }
-        }
-        if tiles > 0 && !fused {
+        if tiles > 0 {
             let i = tiles - 1;
             if pingpong {
                 named_sync::<256>(my_turn);
@@ -991,7 +858,6 @@ unsafe fn flash_fwd_wgmma<
             wgmma::wait::<0>();
             finish_pv!(ring + i);
         }
-        carried = fused;
         if !PERSIST && pingpong && wg == 0 {
             // Warpgroup 1's last hand-over opened a turn nobody takes: take it, so that the barrier
             // ends as it started.
