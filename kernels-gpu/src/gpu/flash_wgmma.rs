@@ -582,8 +582,9 @@ unsafe fn flash_fwd_wgmma<
                     wgmma::fence();
                     for kk in 0..D / 16 {
                         let (panel, within) = ((kk / 4) as u32, 32 * (kk % 4) as u32);
-                        let qd = descriptor(q_desc_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
-                            + q_desc_off;
+                        let qd =
+                            descriptor(q_desc_tile + panel * q_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES)
+                                + q_desc_off;
                         let kd = descriptor(k_tile + panel * kv_panel_bytes + within, 16, SWIZZLE_ATOM_BYTES);
                         E::ss_scores(&mut $sc, qd, kd, (kk > 0) as u32);
                     }
