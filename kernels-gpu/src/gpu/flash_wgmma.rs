@@ -797,6 +797,16 @@ unsafe fn flash_fwd_wgmma<
         if !PERSIST && pingpong && wg == 1 {
             named_arrive::<256>(other_turn);
         }
+        if PERSIST && QB == 2 && leader && n > 0 {
+            // The previous query tile's output stores (issued by this thread at that tile's end)
+            // have read their rows of its Q tile by now, a prologue later: waited for here, not
+            // right after they were issued, where the warpgroup's other warps waited for this one
+            // at the next `Q·Kᵀ` (NOTES v44). Then that Q tile is free for the query tile after
+            // this one, whose Q the producer issues after this tile's K/V.
+            tma::bulk_wait_read::<0>();
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, (n - 1) % QB as u32)) };
+        }
         for i in 0..tiles.saturating_sub(1) {
             if pingpong {
                 named_sync::<256>(my_turn);
@@ -897,7 +907,11 @@ unsafe fn flash_fwd_wgmma<
         }
         if OTMA && p.o_map != 0 && a.partial_o == 0 {
             if PERSIST && QB == 1 {
-                // The previous query tile's stores have read the output tile (its leader waited).
+                // The previous query tile's stores have read the output tile: its leader waits for
+                // them here, a query tile after issuing them (NOTES v44), then the warpgroup.
+                if leader {
+                    tma::bulk_wait_read::<0>();
+                }
                 named_sync::<128>(3 + wg);
             }
             // The lane's place, read again in a persistent block (`opaque`): the addresses
@@ -947,7 +961,10 @@ unsafe fn flash_fwd_wgmma<
                     }
                 }
                 tma::bulk_commit();
-                tma::bulk_wait_read::<0>();
+                if !PERSIST {
+                    // (Persistent blocks wait a prologue later, or before their last exit, below.)
+                    tma::bulk_wait_read::<0>();
+                }
             }
         } else {
             let d = a.head_dim;
@@ -1056,18 +1073,22 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if QB == 2 && (leader || DYN) {
-            // This Q tile is free for the query tile after the next: its products have completed
-            // and its output's stores have read it (the leader waited for them above). In a
-            // dynamic instance the producer then also writes that tile into the slot this thread
-            // read at the tile's top: there every thread arrives (its read ordered before the
-            // producer's write, which a leader's arrival alone does not order: racecheck,
-            // session 20 `call1`).
+        if QB == 2 && DYN && !leader {
+            // This Q tile is free for the query tile after the next once its products have
+            // completed and its output's stores have read it (the leader arrives for that in the
+            // next query tile, after waiting for its stores). In a dynamic instance the producer
+            // then also writes that tile into the slot this thread read at the tile's top: there
+            // every thread arrives (its read ordered before the producer's write, which a
+            // leader's arrival alone does not order: racecheck, session 20 `call1`).
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, qb)) };
         }
         dyn_ring += (j_end - j_begin) as usize;
         n += 1;
+    }
+    if PERSIST && leader {
+        // The last query tile's output stores have read the shared memory before the block ends.
+        tma::bulk_wait_read::<0>();
     }
     if PERSIST && C == 2 && wg == 0 {
         // Warpgroup 1's last hand-over opened a turn nobody takes (see the ping-pong above).
