@@ -518,6 +518,16 @@ unsafe fn flash_fwd_wgmma<
     // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
     // and its Q tile (`n % QB`) with the parity of that tile's barriers.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
+    // Persistent blocks with two Q tiles (`early`, not with windows): the next query tile's
+    // first `Q·Kᵀ`, `S_0` into `s0`, is issued at the end of the current one, right after its
+    // last turn (outside the ping-pong's turns, as a tile's prologue issues it), so that it
+    // completes under the current tile's normalisation and output stores; the next tile's top
+    // then only waits for it (`carried`) and runs its softmax (NOTES v44b). At d = 64 with two
+    // consumer warpgroups only: `s0` beside the output's accumulators spilled at d = 128 (208
+    // bytes) and in the 192-row instances (1264).
+    let early = PERSIST && QB == 2 && !WIN && C == 2 && D <= 64;
+    let mut s0 = [0.0f32; SN];
+    let mut carried = false;
     loop {
         let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
@@ -527,8 +537,17 @@ unsafe fn flash_fwd_wgmma<
         // start-address field (under 2^14: addresses under 256 KiB), which keeps them out of the
         // key loop (811 SASS instructions against 827 with descriptors of `q_tile`); at d = 64,
         // of `q_tile` itself, which ran 2 to 4% faster there without causal masks (NOTES v42b).
-        let q_desc_off: u64 = if QB == 2 && D > 64 { ((qb * (2 * BM * D) as u32) >> 4) as u64 } else { 0 };
-        let q_desc_tile = if QB == 2 && D > 64 { q_tile0 } else { q_tile };
+        // (Of Q tile `qb`: for the next query tile's `S_0` at this one's end too.)
+        let q_desc_of = |qb: u32| -> (u32, u64) {
+            if QB == 2 && D > 64 {
+                (q_tile0, ((qb * (2 * BM * D) as u32) >> 4) as u64)
+            } else if QB == 2 {
+                (S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128), 0)
+            } else {
+                (q_tile0, 0)
+            }
+        };
+        let (q_desc_tile, q_desc_off) = q_desc_of(qb);
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
@@ -572,8 +591,13 @@ unsafe fn flash_fwd_wgmma<
         // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
         // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
         macro_rules! issue_scores {
-            ($sc:ident, $i:expr) => {{
+            ($sc:ident, $i:expr) => {
+                issue_scores!($sc, $i, (q_desc_tile, q_desc_off))
+            };
+            // (With the descriptors of another Q tile's rows: the next query tile's `S_0`.)
+            ($sc:ident, $i:expr, $q_desc:expr) => {{
                 let i: usize = $i;
+                let (q_desc_tile, q_desc_off): (u32, u64) = $q_desc;
                 let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
                 let k_tile = S::<D, BM, BN, NS, QB>::k(base, s);
                 // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
@@ -774,7 +798,17 @@ unsafe fn flash_fwd_wgmma<
         // Not in the masked d = 256 instances (the overlap spilled there) nor in the softcap ones
         // (`SEQ`: with the overlap the softcap's forward ran 15% slower, NOTES v25).
         let overlap = !(WIN && (D >= 256 || SEQ));
-        if tiles > 0 {
+        if tiles > 0 && early {
+            // (Issued at the previous tile's end, or here for a block's first tile.)
+            if !carried {
+                issue_scores!(s0, ring);
+            }
+            wgmma::wait::<0>();
+            wgmma::settle(&mut s0);
+            release_k(ring);
+            alphas = softmax_tile!(s0, j_begin);
+            pf = pack_p!(s0);
+        } else if tiles > 0 {
             let mut sc = [0.0f32; SN];
             issue_scores!(sc, ring);
             wgmma::wait::<0>();
@@ -783,6 +817,7 @@ unsafe fn flash_fwd_wgmma<
             alphas = softmax_tile!(sc, j_begin);
             pf = pack_p!(sc);
         }
+        carried = false;
         // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
         // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
         // the turn to the other, so that one warpgroup's softmax runs while the other's products
@@ -858,6 +893,28 @@ unsafe fn flash_fwd_wgmma<
         }
         if tiles > 0 {
             let i = tiles - 1;
+            // (`early`) The next query tile's ring position and Q tile, where it has key tiles.
+            let mut next = None;
+            if early {
+                let n2 = n + 1;
+                let (qb2, q_parity2) = (n2 % QB as u32, (n2 / QB as u32) & 1);
+                let t2 = if DYN {
+                    // SAFETY: as at the loop's top (the slot is written before the barrier completes).
+                    unsafe {
+                        tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2);
+                        shared::load_u32(S::<D, BM, BN, NS, QB>::tile_slot(base, qb2))
+                    }
+                } else {
+                    first_t + n2 * t_step
+                };
+                if t2 < t_end {
+                    let (_, _, _, (j_begin2, j_end2)) = tile_of(t2);
+                    if j_end2 > j_begin2 {
+                        let ring2 = if DYN { dyn_ring + tiles } else { (n2 * (j_end2 - j_begin2)) as usize };
+                        next = Some((ring2, qb2, q_parity2));
+                    }
+                }
+            }
             if pingpong {
                 named_sync::<256>(my_turn);
             }
@@ -866,7 +923,17 @@ unsafe fn flash_fwd_wgmma<
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
-            wgmma::wait::<0>();
+            if let Some((ring2, qb2, q_parity2)) = next {
+                // SAFETY: the barrier is initialised; TMA completes it once a query tile.
+                unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2) };
+                issue_scores!(s0, ring2, q_desc_of(qb2));
+                carried = true;
+                // This tile's `P·V` done, `S_0` still running. (A wait on each path: with an empty
+                // group on the other and one wait after both, ptxas injected a `wait_group 0`.)
+                wgmma::wait::<1>();
+            } else {
+                wgmma::wait::<0>();
+            }
             finish_pv!(ring + i);
         }
         if !PERSIST && pingpong && wg == 0 {
