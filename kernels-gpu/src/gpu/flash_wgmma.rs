@@ -518,18 +518,6 @@ unsafe fn flash_fwd_wgmma<
     // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
     // and its Q tile (`n % QB`) with the parity of that tile's barriers.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
-    // Persistent blocks with two Q tiles and two consumer warpgroups (`early`, not with
-    // windows): the next query tile's first `Q·Kᵀ`, `S_0` into `s0`, is issued at the end of the
-    // current one, right after its last turn (outside the ping-pong's turns, as a tile's prologue
-    // issues it), so that it completes under the current tile's normalisation and output
-    // stores; the next tile's top then only waits for it (`carried`) and runs its softmax (NOTES
-    // v44b, v44c). At d = 64 only: with `s0` live beside the output, d = 128 spilled 208 bytes
-    // (and ptxas serialised its products, C7512), also with `s0` dead through the key loop and
-    // the last `P·V` completed before `S_0`'s issue; the 192-row instances spilled 1264 bytes at
-    // their 160 registers.
-    let early = PERSIST && QB == 2 && !WIN && C == 2 && D <= 64;
-    let mut s0 = [0.0f32; SN];
-    let mut carried = false;
     loop {
         let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
@@ -539,17 +527,8 @@ unsafe fn flash_fwd_wgmma<
         // start-address field (under 2^14: addresses under 256 KiB), which keeps them out of the
         // key loop (811 SASS instructions against 827 with descriptors of `q_tile`); at d = 64,
         // of `q_tile` itself, which ran 2 to 4% faster there without causal masks (NOTES v42b).
-        // (Of Q tile `qb`: for the next query tile's `S_0` at this one's end too.)
-        let q_desc_of = |qb: u32| -> (u32, u64) {
-            if QB == 2 && D > 64 {
-                (q_tile0, ((qb * (2 * BM * D) as u32) >> 4) as u64)
-            } else if QB == 2 {
-                (S::<D, BM, BN, NS, QB>::q(base, qb) + wg * (64 * 128), 0)
-            } else {
-                (q_tile0, 0)
-            }
-        };
-        let (q_desc_tile, q_desc_off) = q_desc_of(qb);
+        let q_desc_off: u64 = if QB == 2 && D > 64 { ((qb * (2 * BM * D) as u32) >> 4) as u64 } else { 0 };
+        let q_desc_tile = if QB == 2 && D > 64 { q_tile0 } else { q_tile };
         let t = if DYN {
             // The producer's tile for this one (its slot written before the Q barrier completed).
             // SAFETY: the barrier is initialised; the slot lies inside the shared memory.
@@ -593,13 +572,8 @@ unsafe fn flash_fwd_wgmma<
         // (32 bytes apart inside a panel) and commits, without waiting for the products. A macro,
         // not a closure: at D = 256 LLVM kept a closure out of line, its scores in local memory.
         macro_rules! issue_scores {
-            ($sc:ident, $i:expr) => {
-                issue_scores!($sc, $i, (q_desc_tile, q_desc_off))
-            };
-            // (With the descriptors of another Q tile's rows: the next query tile's `S_0`.)
-            ($sc:ident, $i:expr, $q_desc:expr) => {{
+            ($sc:ident, $i:expr) => {{
                 let i: usize = $i;
-                let (q_desc_tile, q_desc_off): (u32, u64) = $q_desc;
                 let (s, parity) = ((i % NS) as u32, ((i / NS) & 1) as u32);
                 let k_tile = S::<D, BM, BN, NS, QB>::k(base, s);
                 // SAFETY: the K stage's barrier; descriptors of the loaded, swizzled Q and K panels.
@@ -800,18 +774,7 @@ unsafe fn flash_fwd_wgmma<
         // Not in the masked d = 256 instances (the overlap spilled there) nor in the softcap ones
         // (`SEQ`: with the overlap the softcap's forward ran 15% slower, NOTES v25).
         let overlap = !(WIN && (D >= 256 || SEQ));
-        if tiles > 0 && early {
-            // (Issued at the previous tile's end, or here for a block's first tile.)
-            if !carried {
-                s0 = [0.0f32; SN];
-                issue_scores!(s0, ring);
-            }
-            wgmma::wait::<0>();
-            wgmma::settle(&mut s0);
-            release_k(ring);
-            alphas = softmax_tile!(s0, j_begin);
-            pf = pack_p!(s0);
-        } else if tiles > 0 {
+        if tiles > 0 {
             let mut sc = [0.0f32; SN];
             issue_scores!(sc, ring);
             wgmma::wait::<0>();
@@ -820,7 +783,6 @@ unsafe fn flash_fwd_wgmma<
             alphas = softmax_tile!(sc, j_begin);
             pf = pack_p!(sc);
         }
-        carried = false;
         // Ping-pong between the two consumer warpgroups (FlashAttention-3's): each issues its
         // products (the next `Q·Kᵀ` and `P_j·V_j`) in its turn (named barrier `1 + wg`), then hands
         // the turn to the other, so that one warpgroup's softmax runs while the other's products
@@ -834,16 +796,6 @@ unsafe fn flash_fwd_wgmma<
         let pingpong = C == 2 && tiles > 0;
         if !PERSIST && pingpong && wg == 1 {
             named_arrive::<256>(other_turn);
-        }
-        if PERSIST && QB == 2 && leader && n > 0 {
-            // The previous query tile's output stores (issued by this thread at that tile's end)
-            // have read their rows of its Q tile by now, a prologue later: waited for here, not
-            // right after they were issued, where the warpgroup's other warps waited for this one
-            // at the next `Q·Kᵀ` (NOTES v44). Then that Q tile is free for the query tile after
-            // this one, whose Q the producer issues after this tile's K/V.
-            tma::bulk_wait_read::<0>();
-            // SAFETY: an initialised barrier (persistent instances).
-            unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, (n - 1) % QB as u32)) };
         }
         for i in 0..tiles.saturating_sub(1) {
             if pingpong {
@@ -896,28 +848,6 @@ unsafe fn flash_fwd_wgmma<
         }
         if tiles > 0 {
             let i = tiles - 1;
-            // (`early`) The next query tile's ring position and Q tile, where it has key tiles.
-            let mut next = None;
-            if early {
-                let n2 = n + 1;
-                let (qb2, q_parity2) = (n2 % QB as u32, (n2 / QB as u32) & 1);
-                let t2 = if DYN {
-                    // SAFETY: as at the loop's top (the slot is written before the barrier completes).
-                    unsafe {
-                        tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2);
-                        shared::load_u32(S::<D, BM, BN, NS, QB>::tile_slot(base, qb2))
-                    }
-                } else {
-                    first_t + n2 * t_step
-                };
-                if t2 < t_end {
-                    let (_, _, _, (j_begin2, j_end2)) = tile_of(t2);
-                    if j_end2 > j_begin2 {
-                        let ring2 = if DYN { dyn_ring + tiles } else { (n2 * (j_end2 - j_begin2)) as usize };
-                        next = Some((ring2, qb2, q_parity2));
-                    }
-                }
-            }
             if pingpong {
                 named_sync::<256>(my_turn);
             }
@@ -926,22 +856,7 @@ unsafe fn flash_fwd_wgmma<
             if pingpong {
                 named_arrive::<256>(other_turn);
             }
-            if let Some((ring2, qb2, q_parity2)) = next {
-                // SAFETY: the barrier is initialised; TMA completes it once a query tile.
-                unsafe { tma::wait(S::<D, BM, BN, NS, QB>::q_full(base, qb2), q_parity2) };
-                // (The products' first step overwrites `s0`, but their operands are read-write:
-                // zeroed here, this tile's probabilities in `s0` die at its prologue's packing
-                // instead of staying live through the key loop — which spilled 208 bytes at
-                // d = 128. Likewise on the other path.)
-                s0 = [0.0f32; SN];
-                issue_scores!(s0, ring2, q_desc_of(qb2));
-                carried = true;
-                // This tile's `P·V` done, `S_0` still running.
-                wgmma::wait::<1>();
-            } else {
-                s0 = [0.0f32; SN];
-                wgmma::wait::<0>();
-            }
+            wgmma::wait::<0>();
             finish_pv!(ring + i);
         }
         if !PERSIST && pingpong && wg == 0 {
@@ -982,11 +897,7 @@ unsafe fn flash_fwd_wgmma<
         }
         if OTMA && p.o_map != 0 && a.partial_o == 0 {
             if PERSIST && QB == 1 {
-                // The previous query tile's stores have read the output tile: its leader waits for
-                // them here, a query tile after issuing them (NOTES v44), then the warpgroup.
-                if leader {
-                    tma::bulk_wait_read::<0>();
-                }
+                // The previous query tile's stores have read the output tile (its leader waited).
                 named_sync::<128>(3 + wg);
             }
             // The lane's place, read again in a persistent block (`opaque`): the addresses
@@ -1036,10 +947,7 @@ unsafe fn flash_fwd_wgmma<
                     }
                 }
                 tma::bulk_commit();
-                if !PERSIST {
-                    // (Persistent blocks wait a prologue later, or before their last exit, below.)
-                    tma::bulk_wait_read::<0>();
-                }
+                tma::bulk_wait_read::<0>();
             }
         } else {
             let d = a.head_dim;
@@ -1148,29 +1056,18 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if QB == 2 && DYN && !leader {
-            // This Q tile is free for the query tile after the next once its products have
-            // completed and its output's stores have read it (the leader arrives for that in the
-            // next query tile, after waiting for its stores). In a dynamic instance the producer
-            // then also writes that tile into the slot this thread read at the tile's top: there
-            // every thread arrives (its read ordered before the producer's write, which a
-            // leader's arrival alone does not order: racecheck, session 20 `call1`).
+        if QB == 2 && (leader || DYN) {
+            // This Q tile is free for the query tile after the next: its products have completed
+            // and its output's stores have read it (the leader waited for them above). In a
+            // dynamic instance the producer then also writes that tile into the slot this thread
+            // read at the tile's top: there every thread arrives (its read ordered before the
+            // producer's write, which a leader's arrival alone does not order: racecheck,
+            // session 20 `call1`).
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, qb)) };
         }
         dyn_ring += (j_end - j_begin) as usize;
         n += 1;
-    }
-    if early {
-        // The walk ends at the top of the loop, where ptxas cannot tell that no `S_0` is in
-        // flight (one is issued only for a next tile that exists): without a wait on this path
-        // it injected one (info C7517) right after the last tile's `P·V`, which completed `S_0`
-        // before the output instead of under it (NOTES v44c). Nothing is in flight here.
-        wgmma::wait::<0>();
-    }
-    if PERSIST && leader {
-        // The last query tile's output stores have read the shared memory before the block ends.
-        tma::bulk_wait_read::<0>();
     }
     if PERSIST && C == 2 && wg == 0 {
         // Warpgroup 1's last hand-over opened a turn nobody takes (see the ping-pong above).
