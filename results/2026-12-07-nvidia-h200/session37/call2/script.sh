@@ -4,11 +4,13 @@
 # limit; C's PTX had been compiled by the suite). Same bundle (.gpu/b.txz from call1/build.sh).
 # First each build's PTX is compiled once outside ncu (in parallel), then ncu times the forward
 # kernels of main, A (v44) and C (v44c) alternated, with the ceilings given and tiles `auto`.
+# Run as `BUDGET=260 bash script.sh` (seconds for the whole script); results go to $OUT/res as
+# they are measured.
 set -uo pipefail
-R=/tmp/res; rm -rf $R; mkdir -p $R
+R=$OUT/res; mkdir -p $R   # written in place: a cut run still returns what it measured
 start=$(date +%s)
 el() { echo "elapsed $(( $(date +%s) - start ))"; }
-left() { echo $(( 380 - ($(date +%s) - start) )); }
+left() { echo $(( ${BUDGET:-380} - ($(date +%s) - start) )); }
 export CUDA_CACHE_MAXSIZE=4294967296
 python3 -c "import tarfile; tarfile.open('.gpu/b.txz').extractall('/tmp/b')"
 cd /tmp/b/bundle; cat COMMIT; el
@@ -24,7 +26,7 @@ ncu1() { # build d h mask n tag
     ./bin/bench-$b run --seqlens $n --batch $bsz --heads $h --head-dims $d --mask $mask $common \
     --reps 3 --warmup-ms 1 --out /tmp/x > $R/ncu-$b-d$d-$mask-n$n-$tag.csv 2> $R/ncu-$b-d$d-$mask-n$n-$tag.err
 }
-for row in "64 32 none 1024 r1" "128 16 none 1024 r1" "64 32 causal 1024 r1" "128 16 causal 1024 r1" \
+for row in "64 32 causal 1024 r1" "64 32 none 1024 r1" "128 16 none 1024 r1" "128 16 causal 1024 r1" \
            "64 32 none 2048 r1" "128 16 none 2048 r1" "64 32 none 1024 r2" "128 16 none 1024 r2" \
            "64 32 none 16384 r1" "64 32 causal 2048 r1"; do
   set -- $row
@@ -34,9 +36,9 @@ for row in "64 32 none 1024 r1" "128 16 none 1024 r1" "64 32 causal 1024 r1" "12
   done
   el
 done
-python3 - <<'PY'
+python3 - <<'PY' | tee $R/summary.txt
 import csv,glob,os,statistics as st,collections
-R='/tmp/res'
+import os; R=os.environ['OUT']+'/res'
 def durs(f):
     v=collections.defaultdict(list)
     try:
@@ -59,4 +61,4 @@ for f in sorted(glob.glob(R+'/ncu-main-*.csv')):
                 print('NCU %-24s %s %-50s main %.4f (n=%d, %.4f-%.4f) new %.4f (n=%d, %.4f-%.4f) %+.2f%%'%(os.path.basename(f)[9:-4],other,k[:50],st.median(a[k]),len(a[k]),min(a[k]),max(a[k]),st.median(b[k]),len(b[k]),min(b[k]),max(b[k]),100*(st.median(b[k])/st.median(a[k])-1)))
 PY
 el
-cd /tmp && tar czf $OUT/results.tgz res
+
