@@ -518,6 +518,12 @@ unsafe fn flash_fwd_wgmma<
     // three, which d = 128 spilled; a dynamic one's tiles differ, so it carries the position)
     // and its Q tile (`n % QB`) with the parity of that tile's barriers.
     let (mut n, mut dyn_ring) = (0u32, 0usize);
+    // Persistent blocks with two Q tiles wait for a query tile's output stores to have read its
+    // Q tile a prologue later (`late_read`, NOTES v44), not right after issuing them — but not
+    // the d = 64 two-consumer instances, whose key walk is short: there the later wait ran 3.7%
+    // (causal) and 7.0% slower at N = 1024 (session 37 `call2`), where d = 128 ran 0.3 to 1.4%
+    // and the three-consumer d = 64 instance 2.5% faster.
+    let late_read = PERSIST && QB == 2 && !(D <= 64 && C == 2);
     loop {
         let (qb, q_parity) = (n % QB as u32, (n / QB as u32) & 1);
         // The warpgroup's rows of the query tile's Q tile, where the epilogue also stages its
@@ -797,6 +803,16 @@ unsafe fn flash_fwd_wgmma<
         if !PERSIST && pingpong && wg == 1 {
             named_arrive::<256>(other_turn);
         }
+        if late_read && leader && n > 0 {
+            // The previous query tile's output stores (issued by this thread at that tile's end)
+            // have read their rows of its Q tile by now, a prologue later: waited for here, not
+            // right after they were issued, where the warpgroup's other warps waited for this one
+            // at the next `Q·Kᵀ` (NOTES v44). Then that Q tile is free for the query tile after
+            // this one, whose Q the producer issues after this tile's K/V.
+            tma::bulk_wait_read::<0>();
+            // SAFETY: an initialised barrier (persistent instances).
+            unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, (n - 1) % QB as u32)) };
+        }
         for i in 0..tiles.saturating_sub(1) {
             if pingpong {
                 named_sync::<256>(my_turn);
@@ -947,7 +963,10 @@ unsafe fn flash_fwd_wgmma<
                     }
                 }
                 tma::bulk_commit();
-                tma::bulk_wait_read::<0>();
+                if !late_read {
+                    // (`late_read`: a prologue later, or before the block's exit, below.)
+                    tma::bulk_wait_read::<0>();
+                }
             }
         } else {
             let d = a.head_dim;
@@ -1056,18 +1075,22 @@ unsafe fn flash_fwd_wgmma<
                 }
             }
         }
-        if QB == 2 && (leader || DYN) {
-            // This Q tile is free for the query tile after the next: its products have completed
-            // and its output's stores have read it (the leader waited for them above). In a
-            // dynamic instance the producer then also writes that tile into the slot this thread
-            // read at the tile's top: there every thread arrives (its read ordered before the
-            // producer's write, which a leader's arrival alone does not order: racecheck,
-            // session 20 `call1`).
+        if QB == 2 && (leader || DYN) && !(late_read && leader) {
+            // This Q tile is free for the query tile after the next once its products have
+            // completed and its output's stores have read it (the leader waited for them above,
+            // or, with `late_read`, arrives in the next query tile after waiting). In a dynamic
+            // instance the producer then also writes that tile into the slot this thread read at
+            // the tile's top: there every thread arrives (its read ordered before the producer's
+            // write, which a leader's arrival alone does not order: racecheck, session 20 `call1`).
             // SAFETY: an initialised barrier (persistent instances).
             unsafe { tma::arrive(S::<D, BM, BN, NS, QB>::q_empty(base, qb)) };
         }
         dyn_ring += (j_end - j_begin) as usize;
         n += 1;
+    }
+    if late_read && leader {
+        // The last query tile's output stores have read the shared memory before the block ends.
+        tma::bulk_wait_read::<0>();
     }
     if PERSIST && C == 2 && wg == 0 {
         // Warpgroup 1's last hand-over opened a turn nobody takes (see the ping-pong above).
