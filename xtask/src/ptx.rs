@@ -286,14 +286,7 @@ fn resource_report(allow_spills: bool) -> Result<()> {
     let text = crate::ptxas::format(&version, &tables);
     print!("{text}");
     std::fs::write(ptx_dir().join("ptxas-report.txt"), &text).map_err(|e| e.to_string())?;
-    let injected: Vec<String> = tables
-        .iter()
-        .flat_map(|(arch, ks)| {
-            ks.iter()
-                .filter(|k| k.injected_waits > 0)
-                .map(move |k| format!("{} ({arch}, {})", k.name, k.injected_waits))
-        })
-        .collect();
+    let injected = kernels_where(&tables, |k| k.injected_waits > 0);
     if !injected.is_empty() {
         // Not a failure: the code is correct, but a product completes earlier than written.
         println!(
@@ -302,26 +295,14 @@ fn resource_report(allow_spills: bool) -> Result<()> {
             injected.join(", ")
         );
     }
-    let spilling: Vec<String> = tables
-        .iter()
-        .flat_map(|(arch, ks)| {
-            ks.iter()
-                .filter(|k| k.spill_stores + k.spill_loads > 0)
-                .map(move |k| format!("{} ({arch})", k.name))
-        })
-        .collect();
+    let spilling = kernels_where(&tables, |k| k.spill_stores + k.spill_loads > 0);
     if !spilling.is_empty() && !allow_spills {
         return Err(format!(
             "ptxas reports register spills in: {}. Fix the kernel, or pass --allow-spills",
             spilling.join(", ")
         ));
     }
-    let serialized: Vec<String> = tables
-        .iter()
-        .flat_map(|(arch, ks)| {
-            ks.iter().filter(|k| k.wgmma_serialized).map(move |k| format!("{} ({arch})", k.name))
-        })
-        .collect();
+    let serialized = kernels_where(&tables, |k| k.wgmma_serialized);
     if !serialized.is_empty() && !allow_spills {
         return Err(format!(
             "ptxas serialises the wgmma instructions of: {} (C7514/C7515: an accumulator of an in-flight \
@@ -330,6 +311,17 @@ fn resource_report(allow_spills: bool) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The kernels of every architecture's table that `keep` selects, as `name (arch)`.
+fn kernels_where(
+    tables: &[(&str, Vec<crate::ptxas::KernelResources>)],
+    keep: impl Fn(&crate::ptxas::KernelResources) -> bool,
+) -> Vec<String> {
+    tables
+        .iter()
+        .flat_map(|(arch, ks)| ks.iter().filter(|k| keep(k)).map(move |k| format!("{} ({arch})", k.name)))
+        .collect()
 }
 
 /// `cargo xtask ptx --check`: the freshness check and the panic gate, both run, either fails it.
